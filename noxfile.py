@@ -1,0 +1,76 @@
+"""nox sessions for reprobox. Thin: the harness (src/reprobox) does the work.
+
+nox -t default                 every repro's default variants (the main job; `make repro`)
+nox -s repro_lm_head           every cell of one repro: the default cell and its matrix
+nox -s "repro_lm_head(default)"
+nox -s verdicts                the newest verdict of every cell on disk, as a table
+nox -s lock [-- REPRO]         regenerate the committed locks from repro.toml
+nox -s tests [-- PYTEST ARGS]  the test suite
+nox -s lint
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nox
+
+from reprobox import sessions, spec
+
+ROOT = Path(__file__).parent
+HARNESS = [sys.executable, "-m", "reprobox"]  # the interpreter running nox has the harness
+
+nox.needs_version = ">=2026.10.20"
+nox.options.default_venv_backend = "uv"
+nox.options.tags = ["default"]  # plain `nox` runs the main job
+nox.options.error_on_missing_interpreters = True
+
+
+def _register_repro(name: str) -> None:
+    names, cells, warning = sessions.session_cells(ROOT, name)
+
+    def run_cell(session: nox.Session, **call_spec: str | None) -> None:
+        if warning:
+            session.warn(warning)
+        cell = next(c for c in cells if c.call_spec == call_spec)
+        session.run(*HARNESS, "run", name, *cell.args, *session.posargs, external=True)
+
+    run_cell.__doc__ = f"{spec.load(ROOT, name).spec.repro.title}"
+    params = [nox.param(*c.call_spec.values(), id=c.id, tags=c.tags) for c in cells]
+    parametrized = nox.parametrize(names, params)(run_cell)
+    nox.session(name=f"repro_{name}", venv_backend="none")(parametrized)
+
+
+for _name in spec.discover(ROOT):
+    _register_repro(_name)
+
+
+@nox.session(venv_backend="none")
+def verdicts(session: nox.Session) -> None:
+    """The newest verdict of every default cell on disk (`-- --all` for every cell)."""
+    args = session.posargs if "--all" not in session.posargs else []
+    default = [] if "--all" in session.posargs else ["--default"]
+    session.run(*HARNESS, "table", *default, *args, external=True)
+
+
+@nox.session(venv_backend="none")
+def lock(session: nox.Session) -> None:
+    """Regenerate locks for every (repro, variant, platform) from repro.toml (uv, hashed)."""
+    session.run(*HARNESS, "lock", *session.posargs, external=True)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The test suite: unit tests of the harness and real end-to-end runs of each repro."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff (lint and format) over the harness, repros, fixes and tests."""
+    session.install("-e", ".[test]")
+    paths = ["src", "repros", "fixes", "tests", "noxfile.py"]
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)

@@ -1,0 +1,237 @@
+"""`reprobox` command line: parse arguments, call the core, turn errors into one line.
+
+The core modules never print tracebacks at users and never call sys.exit; this is the only
+place that maps a `ReproboxError` to its message and exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from . import envs, matrix, spec, ui, workflow
+from .errors import BadInput, ExitCode, ReproboxError
+from .protocol import Verdict
+from .results import latest_records, results_dir
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except ReproboxError as exc:
+        ui.error(str(exc))
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        ui.error(f"interrupted; results measured so far are kept under {results_dir(_root())}")
+        return int(ExitCode.INTERRUPTED)
+
+
+def _root() -> Path:
+    return spec.repo_root()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reprobox", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    listing = commands.add_parser("list", help="repros, their variants and matrix cells")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=cmd_list)
+
+    run = commands.add_parser("run", help="run variants and judge them against expectations")
+    run.add_argument("repro")
+    _cell_arguments(run)
+    run.add_argument("--matrix", action="store_true", help="run every cell of [matrix]")
+    run.add_argument("--echo", action="store_true", help="stream the launcher's output")
+    run.set_defaults(handler=cmd_run)
+
+    verdict = commands.add_parser(
+        "verdict",
+        help="run one variant; exit 0 clean / 1 reproduced / 125 cannot test (git bisect run)",
+    )
+    verdict.add_argument("repro")
+    _cell_arguments(verdict)
+    verdict.set_defaults(handler=cmd_verdict)
+
+    lock = commands.add_parser("lock", help="regenerate (or --check) the committed locks")
+    lock.add_argument("repros", nargs="*")
+    lock.add_argument("--check", action="store_true", help="fail if a lock is stale or missing")
+    lock.set_defaults(handler=cmd_lock)
+
+    table = commands.add_parser("table", help="the newest verdict of every cell on disk")
+    table.add_argument("repros", nargs="*")
+    table.add_argument("--default", action="store_true", help="only the default cells")
+    table.set_defaults(handler=cmd_table)
+    return parser
+
+
+def _cell_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--variant", action="append", help="variant name (repeatable)")
+    parser.add_argument(
+        "--with",
+        dest="packages",
+        action="append",
+        default=[],
+        metavar="PKG==VERSION",
+        help="run at another version of a pinned package (repeatable)",
+    )
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a matrix parameter passed to the script (repeatable)",
+    )
+    parser.add_argument("--platform", default="cpu", choices=["cpu", "gpu"])
+    parser.add_argument("--timeout", type=float, help="seconds; overrides [launch] timeout")
+
+
+def _pairs(items: Sequence[str], sep: str, what: str) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, found, value = item.partition(sep)
+        if not found or not key or not value:
+            raise BadInput(f"{what} {item!r} is not of the form NAME{sep}VALUE")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def _cells(repro: spec.Repro, args: argparse.Namespace) -> list[matrix.Cell]:
+    packages = _pairs(args.packages, "==", "--with")
+    params = _pairs(args.param, "=", "--param")
+    pinned = repro.pinned_packages()
+    for package in packages:
+        if canonicalize_name(package) not in pinned:
+            raise BadInput(f"--with {package}: not a package that {repro.name} pins")
+        spec.check_version(packages[package], f"--with {package}")
+    if getattr(args, "matrix", False):
+        from .releases import versions_in_range
+
+        return matrix.matrix_cells(repro, versions_in_range)
+    variants = args.variant or (repro.default_variants if not (packages or params) else None)
+    if variants is None:
+        variants = repro.spec.matrix.variants if repro.spec.matrix else repro.default_variants
+    for name in variants:
+        repro.variant(name)
+    return [matrix.make_cell(repro, name, packages, params) for name in variants]
+
+
+def _options(args: argparse.Namespace) -> workflow.RunOptions:
+    return workflow.RunOptions(
+        platform=args.platform,
+        timeout=args.timeout,
+        echo=sys.stderr if getattr(args, "echo", False) else None,
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    root = _root()
+    repro = spec.load(root, args.repro)
+    cells = _cells(repro, args)
+    with ui.CellProgress(repro.name, len(cells)) as progress:
+        records = workflow.run_cells(
+            root, repro, cells, _options(args), on_start=progress.start, on_record=progress.done
+        )
+    ui.verdict_table(records, repro.spec.verdict.reproduced_if)
+    return int(workflow.exit_code(records))
+
+
+def cmd_verdict(args: argparse.Namespace) -> int:
+    """One variant, `git bisect run` exit codes; an environment that cannot install skips."""
+    root = _root()
+    repro = spec.load(root, args.repro)
+    cells = _cells(repro, args)
+    if len(cells) != 1:
+        raise BadInput("verdict takes exactly one --variant")
+    record = workflow.run_cell(root, repro, cells[0], _options(args))
+    ui.record_line(record)
+    if record.verdict is not None:
+        return Verdict(record.verdict).exit_code
+    if record.exit_code == ExitCode.ENV_FAILED:
+        return int(ExitCode.CANNOT_TEST)
+    ui.error(record.reason)
+    return 255 if record.exit_code != ExitCode.INTERRUPTED else int(ExitCode.INTERRUPTED)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    root = _root()
+    rows = []
+    for name in spec.discover(root):
+        repro = spec.load(root, name)
+        cells = matrix.default_cells(repro)
+        rows.append(
+            {
+                "repro": name,
+                "title": repro.spec.repro.title,
+                "upstream": repro.spec.repro.upstream,
+                "variants": {
+                    v: {
+                        "expect": s.expect.value,
+                        "default": s.default,
+                        "description": s.description,
+                    }
+                    for v, s in repro.spec.variants.items()
+                },
+                "default_cells": [c.label for c in cells],
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        ui.repro_list(rows)
+    return 0
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    root = _root()
+    names = args.repros or spec.discover(root)
+    problems = []
+    for name in names:
+        repro = spec.load(root, name)
+        for platform in dict.fromkeys(["cpu", *repro.spec.platforms]):
+            for variant in repro.spec.variants:
+                path = workflow.lock_path(repro, variant, platform)
+                request = workflow.lock_request(repro, variant, platform)
+                current = envs.lock_input_hash(path) == request.input_hash
+                shown = path.relative_to(root)
+                if args.check:
+                    if not current:
+                        problems.append(f"{shown} is {'stale' if path.exists() else 'missing'}")
+                    continue
+                if current:
+                    ui.info(f"{shown}: up to date")
+                    continue
+                envs.compile_lock(request, path)
+                ui.info(f"{shown}: written")
+    if problems:
+        raise BadInput(f"locks disagree with repro.toml: {'; '.join(problems)}; run `nox -s lock`")
+    return 0
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    root = _root()
+    records = []
+    rules = []
+    for name in args.repros or spec.discover(root):
+        repro = spec.load(root, name)
+        found = latest_records(root, name)
+        if args.default:
+            wanted = {c.label for c in matrix.default_cells(repro)}
+            found = [r for r in found if r.label in wanted]
+        records += found
+        rules += repro.spec.verdict.reproduced_if
+    if not records:
+        raise BadInput(f"no results on disk under {results_dir(root)}; run `make repro` first")
+    ui.verdict_table(records, rules)
+    return int(workflow.exit_code(records))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

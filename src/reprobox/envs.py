@@ -1,0 +1,215 @@
+"""Locks and virtual environments, built with uv.
+
+A lock is the output of `uv pip compile --generate-hashes` for one requirement set, headed by
+the hash of its inputs, so a stale lock is caught without touching the network. An
+environment is content-addressed by the hash of its lock: two variants, matrix cells or bisect
+probes with the same lock share one venv, and uv's cache makes a new one cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from filelock import FileLock
+
+from .errors import BadInput, EnvError
+from .pipconfig import find_links
+
+LOCK_HEADER = "# reprobox-lock input="
+READY_MARKER = ".reprobox-ready"
+# Locks target Linux x86-64 so a lock regenerates the same anywhere (the images run there too).
+PLATFORM_TAGS = {"cpu": "x86_64-manylinux_2_28", "gpu": "x86_64-manylinux_2_28"}
+
+
+def cache_dir() -> Path:
+    """Where envs, cached locks and release lists live (REPROBOX_CACHE overrides)."""
+    if env := os.environ.get("REPROBOX_CACHE"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "reprobox"
+
+
+def uv_bin() -> str:
+    """The pinned uv that ships with the harness (the `uv` wheel), else one on PATH."""
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if found is None:
+            raise EnvError("uv is not installed; run `make` targets, which install it") from None
+        return found
+
+
+@dataclass(frozen=True)
+class LockRequest:
+    """Everything that determines a lock's content."""
+
+    requirements: tuple[str, ...]
+    python: str
+    platform: str = "cpu"
+    exclude_newer: str | None = None
+
+    @property
+    def input_hash(self) -> str:
+        payload = {
+            "requirements": sorted(self.requirements),
+            "python": self.python,
+            "platform": self.platform,
+            "exclude_newer": self.exclude_newer,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def lock_input_hash(lock: Path) -> str | None:
+    """The input hash a lock was generated from, or None if it has no reprobox header."""
+    try:
+        first = lock.read_text().splitlines()[0]
+    except (FileNotFoundError, IndexError):
+        return None
+    return first[len(LOCK_HEADER) :].strip() if first.startswith(LOCK_HEADER) else None
+
+
+def compile_lock(request: LockRequest, dest: Path) -> Path:
+    """Resolve `request` with uv into a hashed lock at `dest` (written atomically)."""
+    cmd = [
+        uv_bin(),
+        "pip",
+        "compile",
+        "-",
+        "--quiet",
+        "--generate-hashes",
+        "--no-header",
+        "--python-version",
+        request.python,
+        "--python-platform",
+        PLATFORM_TAGS.get(request.platform, PLATFORM_TAGS["cpu"]),
+    ]
+    if request.exclude_newer:
+        cmd += ["--exclude-newer", request.exclude_newer]
+    if request.platform == "cpu":
+        for link in find_links():
+            cmd += ["--find-links", link]
+    proc = _run_uv(cmd, stdin="\n".join(request.requirements) + "\n", what="resolve")
+    header = [
+        f"{LOCK_HEADER}{request.input_hash}",
+        f"# python {request.python}, platform {request.platform}"
+        + (f", as of {request.exclude_newer}" if request.exclude_newer else ""),
+        *(f"#   {req}" for req in request.requirements),
+        "# Regenerate with: nox -s lock",
+    ]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.write_text("\n".join(header) + "\n" + proc.stdout)
+    tmp.replace(dest)
+    return dest
+
+
+def cached_lock(request: LockRequest) -> Path:
+    """A lock for `request` from the cache, resolved once (for cells and probes)."""
+    dest = cache_dir() / "locks" / f"{request.input_hash}.txt"
+    if lock_input_hash(dest) == request.input_hash:
+        return dest
+    with FileLock(str(dest) + ".lock"):
+        if lock_input_hash(dest) != request.input_hash:
+            compile_lock(request, dest)
+    return dest
+
+
+@dataclass(frozen=True)
+class Env:
+    """A ready virtual environment."""
+
+    path: Path
+    lock_hash: str
+    created: bool = field(default=False, compare=False)
+
+    def bin(self, name: str) -> Path:
+        return self.path / "bin" / name
+
+
+def env_hash(lock: Path, python: str, install_env: dict[str, str]) -> str:
+    body = "\n".join(line for line in lock.read_text().splitlines() if not line.startswith("#"))
+    payload = json.dumps({"lock": body, "python": python, "env": install_env}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def ensure_env(lock: Path, python: str, install_env: dict[str, str] | None = None) -> Env:
+    """Return the venv for `lock`, creating it (under a file lock) if it is not ready.
+
+    A venv only counts once its marker is written, so one interrupted mid-install is rebuilt
+    rather than trusted; concurrent runs wait for each other instead of installing twice.
+    """
+    install_env = install_env or {}
+    digest = env_hash(lock, python, install_env)
+    path = cache_dir() / "envs" / digest
+    if (path / READY_MARKER).is_file():
+        return Env(path, digest)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if (path / READY_MARKER).is_file():
+            return Env(path, digest)
+        shutil.rmtree(path, ignore_errors=True)
+        _run_uv([uv_bin(), "venv", "--quiet", "--python", python, str(path)], what="create venv")
+        cmd = [
+            # Bytecode at install time: ranks import torch & co. from .pyc even where
+            # PYTHONDONTWRITEBYTECODE is set, which otherwise recompiles them every launch.
+            uv_bin(),
+            "pip",
+            "sync",
+            "--quiet",
+            "--require-hashes",
+            "--compile-bytecode",
+            "--python",
+            str(path / "bin" / "python"),
+            str(lock),
+        ]
+        for link in find_links():
+            cmd += ["--find-links", link]
+        _run_uv(cmd, what="install", env=install_env)
+        (path / READY_MARKER).write_text(lock.read_text())
+    return Env(path, digest, created=True)
+
+
+_NO_VERSION = re.compile(r"there is no version of ([^\s,]+)")
+
+
+def _run_uv(
+    cmd: list[str], *, what: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        cmd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+    if proc.returncode == 0:
+        return proc
+    log = cache_dir() / "logs" / f"uv-{what.replace(' ', '-')}-{os.getpid()}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"$ {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
+    summary = summarize_uv_error(proc.stderr)
+    missing = _NO_VERSION.search(proc.stderr)
+    if missing:
+        raise BadInput(f"cannot {what}: no such version: {missing.group(1)} (uv log: {log})")
+    raise EnvError(f"cannot {what}: {summary} (uv log: {log})")
+
+
+def summarize_uv_error(stderr: str) -> str:
+    """uv's error as one line: its first `error:` line and the first cause."""
+    lines = [line.strip(" ×╰─▶│") for line in stderr.splitlines()]
+    lines = [line.strip() for line in lines if line.strip()]
+    head = next((line for line in lines if line.startswith("error:")), lines[0] if lines else "")
+    cause = next((line for line in lines if line.startswith(("cause:", "Because", "hint:"))), "")
+    text = f"{head.removeprefix('error:').strip()}" + (f"; {cause}" if cause else "")
+    return text[:400] or "uv failed without a message"

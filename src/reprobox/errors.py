@@ -1,0 +1,76 @@
+"""Exit codes and the errors that carry them.
+
+Every way a run can end has one exit code and one plain sentence. The CLI turns a
+`ReproboxError` into that sentence and code; nothing below it prints tracebacks at users.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """What the `reprobox` command returns.
+
+    0/1/125 follow the `git bisect run` convention for the `verdict` command; the other codes
+    name the failure so scripts and CI can tell them apart.
+    """
+
+    OK = 0  # every verdict matched its expectation (`verdict`: clean)
+    FAILED = 1  # some verdict did not match (`verdict`: reproduced)
+    BAD_INPUT = 2  # unknown repro, malformed repro.toml, bad version, bad flag
+    ENV_FAILED = 3  # the environment could not be resolved or installed
+    RUN_FAILED = 4  # a rank crashed, or the result is missing or malformed
+    NO_ENGINE = 5  # no usable container engine
+    TIMEOUT = 124  # the launch outlived its timeout (as timeout(1) reports it)
+    CANNOT_TEST = 125  # the variant cannot be tested here
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+
+
+class ReproboxError(Exception):
+    """A failure with a plain one-line message and a known exit code."""
+
+    exit_code: ExitCode = ExitCode.RUN_FAILED
+
+    def __init__(self, message: str, *, exit_code: ExitCode | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class BadInput(ReproboxError):
+    """The user asked for something that does not exist or cannot be parsed."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
+class SpecError(BadInput):
+    """A repro.toml is malformed; the message names the file and the field."""
+
+    def __init__(self, file: object, field: str, problem: str) -> None:
+        where = f"{file}: {field}" if field else f"{file}"
+        super().__init__(f"{where}: {problem}")
+        self.file = file
+        self.field = field
+
+
+class EnvError(ReproboxError):
+    """Resolving or installing an environment failed."""
+
+    exit_code = ExitCode.ENV_FAILED
+
+
+class LaunchError(ReproboxError):
+    """The launched processes did not produce a usable result."""
+
+    exit_code = ExitCode.RUN_FAILED
+
+
+class LaunchTimeout(LaunchError):
+    exit_code = ExitCode.TIMEOUT
+
+
+class EngineError(ReproboxError):
+    """No container engine, or one that does not work."""
+
+    exit_code = ExitCode.NO_ENGINE

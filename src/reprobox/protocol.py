@@ -1,0 +1,71 @@
+"""The contract between the harness and a repro script (see repros/README.md).
+
+A script exits 0 (clean), 1 (reproduced) or 125 (cannot test) and writes one result JSON.
+This module reads that JSON back strictly: a half-written or foreign file is an error,
+never a verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from .errors import LaunchError
+
+RESULT_ENV = "REPRO_RESULT"
+PLAN_ENV = "REPRO_PLAN"  # a batch of variants in one launch (repros/README.md, "Batching")
+SCHEMA_VERSION = 1
+
+
+class Verdict(StrEnum):
+    CLEAN = "clean"
+    REPRODUCED = "reproduced"
+    CANNOT_TEST = "cannot_test"
+
+    @property
+    def exit_code(self) -> int:
+        return {"clean": 0, "reproduced": 1, "cannot_test": 125}[self.value]
+
+    @classmethod
+    def from_exit_code(cls, code: int) -> Verdict | None:
+        return {0: cls.CLEAN, 1: cls.REPRODUCED, 125: cls.CANNOT_TEST}.get(code)
+
+
+class Expectation(StrEnum):
+    """What a variant should give; `unknown` records a measurement without judging it."""
+
+    CLEAN = "clean"
+    REPRODUCED = "reproduced"
+    CANNOT_TEST = "cannot_test"
+    UNKNOWN = "unknown"
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """Load and validate a script's result JSON; raise LaunchError on anything off."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise LaunchError(f"no result written at {path}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LaunchError(f"result {path} is not valid JSON (half-written?): {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise LaunchError(f"result {path} is not a JSON object")
+    if data.get("schema") != SCHEMA_VERSION:
+        raise LaunchError(f"result {path} has schema {data.get('schema')!r}, want {SCHEMA_VERSION}")
+    try:
+        Verdict(data.get("verdict"))
+    except ValueError:
+        raise LaunchError(f"result {path} has no valid verdict: {data.get('verdict')!r}") from None
+    metrics = data.get("metrics", {})
+    if not isinstance(metrics, dict) or not all(_is_number(v) for v in metrics.values()):
+        raise LaunchError(f"result {path}: 'metrics' must map names to numbers")
+    return data
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)

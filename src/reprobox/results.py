@@ -1,0 +1,93 @@
+"""Records of runs on disk: append-only, one directory per cell run, never overwritten.
+
+Layout: `<results>/<repro>/<cell slug>/<timestamp>/` holding `record.json` (the harness's
+judgement), `result.json` (the script's own), `launch.log` and `rank<N>.log`. A run that is
+interrupted keeps every record already written; a reader takes the newest record per cell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+RECORD_FILE = "record.json"
+RECORD_SCHEMA = 1
+
+
+def results_dir(root: Path) -> Path:
+    """Where results go (REPROBOX_RESULTS overrides; default `<checkout>/results`)."""
+    if env := os.environ.get("REPROBOX_RESULTS"):
+        return Path(env)
+    return root / "results"
+
+
+@dataclass
+class Record:
+    """What the harness concluded about one cell run."""
+
+    repro: str
+    variant: str
+    label: str
+    packages: dict[str, str]
+    params: dict[str, str]
+    expect: str
+    also_ok: list[str]
+    status: str  # match | mismatch | recorded | error
+    verdict: str | None  # clean | reproduced | cannot_test | None on error
+    reason: str = ""
+    exit_code: int = 0  # the harness exit code this record implies on error
+    metrics: dict[str, float] = field(default_factory=dict)
+    result: dict[str, Any] = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)
+    returncode: int | None = None
+    wall_s: float = 0.0
+    env_s: float = 0.0
+    lock: str = ""
+    lock_hash: str = ""
+    platform: str = "cpu"
+    started_at: str = ""
+    dir: str = ""
+    batch_dir: str = ""  # set when the cell ran in a launch led by another cell's directory
+    schema: int = RECORD_SCHEMA
+
+    def save(self) -> Path:
+        path = Path(self.dir) / RECORD_FILE
+        tmp = path.with_name(RECORD_FILE + ".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> Record:
+        data = json.loads(path.read_text())
+        if data.get("schema") != RECORD_SCHEMA:
+            raise ValueError(f"{path}: not a reprobox record (schema {data.get('schema')!r})")
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def new_run_dir(root: Path, repro: str, slug: str) -> Path:
+    """A fresh directory for one cell run; names sort by time and never collide."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{uuid.uuid4().hex[:6]}"
+    path = results_dir(root) / repro / slug / stamp
+    path.mkdir(parents=True, exist_ok=False)
+    return path
+
+
+def latest_records(root: Path, repro: str) -> list[Record]:
+    """The newest readable record of every cell of `repro` (half-written ones are skipped)."""
+    base = results_dir(root) / repro
+    records = []
+    for cell_dir in sorted(p for p in base.glob("*") if p.is_dir()):
+        for run_dir in sorted((p for p in cell_dir.iterdir() if p.is_dir()), reverse=True):
+            try:
+                records.append(Record.load(run_dir / RECORD_FILE))
+                break
+            except (OSError, ValueError, TypeError):
+                continue
+    return records

@@ -1,0 +1,76 @@
+"""The nox sessions' view of the repros: which parametrized cells exist, and their command.
+
+noxfile.py stays thin: it asks this module for the cells of each repro and turns each into
+a parametrized session (`repro_lm_head(default)`, `repro_kl(variant='broken', trl='0.7.1')`).
+Every cell's call_spec carries repro, variant and versions, so CI can build its job matrix
+from `nox --json -l`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import matrix, spec
+from .errors import ReproboxError
+
+DEFAULT_TAG = "default"
+MATRIX_TAG = "matrix"
+
+
+@dataclass(frozen=True)
+class SessionCell:
+    id: str
+    call_spec: dict[str, str | None]
+    tags: list[str]
+    args: list[str] = field(default_factory=list)  # for `reprobox run <repro>`
+
+
+def session_cells(root: Path, name: str) -> tuple[list[str], list[SessionCell], str]:
+    """(parameter names, cells, warning) for `repro_<name>`; the default cell comes first.
+
+    A matrix whose version range cannot be resolved (no index reachable) leaves only the
+    default cell, with a warning, rather than breaking `nox -l` for every repro."""
+    repro = spec.load(root, name)
+    warning = ""
+    try:
+        from .releases import versions_in_range
+
+        cells = matrix.matrix_cells(repro, versions_in_range)
+    except ReproboxError as exc:
+        cells, warning = [], f"matrix of {name} left out: {exc}"
+    axes = _axes(repro)
+    names = ["repro", "variant", *axes]
+    default = SessionCell(
+        id=DEFAULT_CELL_ID,
+        call_spec={"repro": name, "variant": matrix.DEFAULT_CELL, **dict.fromkeys(axes)},
+        tags=[DEFAULT_TAG],
+    )
+    found = [default]
+    for cell in cells:
+        point = {**dict(cell.packages), **dict(cell.params)}
+        args = ["--variant", cell.variant]
+        args += [f"--with={k}=={v}" for k, v in cell.packages]
+        args += [f"--param={k}={v}" for k, v in cell.params]
+        shown = ", ".join(f"{k}={v!r}" for k, v in [("variant", cell.variant), *point.items()])
+        found.append(
+            SessionCell(
+                id=shown,
+                call_spec={
+                    "repro": name,
+                    "variant": cell.variant,
+                    **{a: point.get(a) for a in axes},
+                },
+                tags=[MATRIX_TAG],
+                args=args,
+            )
+        )
+    return names, found, warning
+
+
+DEFAULT_CELL_ID = "default"
+
+
+def _axes(repro: spec.Repro) -> list[str]:
+    m = repro.spec.matrix
+    return [*m.packages, *m.params] if m else []

@@ -1,0 +1,382 @@
+"""Load and validate `repros/<name>/repro.toml`, the single source of truth of a repro.
+
+Shape checks are declared with pydantic (types, allowed values, unknown keys); the checks
+that need the file system or packaging rules (script exists, fix module exists, pins parse)
+follow in `_check_semantics`. Every error names the file and the field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import BadInput, SpecError
+from .protocol import Expectation, Verdict
+
+SPEC_FILE = "repro.toml"
+RESERVED_VARIANT_NAMES = {"default"}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ReproSection(_Section):
+    title: str = Field(min_length=1)
+    upstream: str = Field(min_length=1)
+    fix_links: list[str] = []
+    script: str = Field(min_length=1)
+
+
+Launcher = Literal["torchrun", "accelerate", "python"]
+
+
+class LaunchSection(_Section):
+    launcher: Launcher
+    processes: int = Field(ge=1)
+    timeout: float = Field(gt=0)
+    args: list[str] = []
+    config: str | None = None
+    env: dict[str, str] = {}
+    # Variants with the same environment and launch settings may share one launch; the
+    # script then reads a plan of cases (repros/README.md, "Batching").
+    batch: bool = False
+
+
+class LaunchOverride(_Section):
+    """A variant's changes to [launch]; unset fields keep the repro's value."""
+
+    launcher: Launcher | None = None
+    processes: int | None = Field(default=None, ge=1)
+    timeout: float | None = Field(default=None, gt=0)
+    args: list[str] | None = None
+    config: str | None = None
+    env: dict[str, str] | None = None
+
+
+class EnvSection(_Section):
+    python: str = "3.11"
+    pins: list[str] = Field(min_length=1)
+    exclude_newer: str | None = None
+    install_env: dict[str, str] = {}
+
+
+class Rule(_Section):
+    metric: str
+    above: float
+
+
+class VerdictSection(_Section):
+    reproduced_if: list[Rule] = Field(min_length=1)
+
+
+class Variant(_Section):
+    expect: Expectation
+    also_ok: list[Verdict] = []
+    description: str = ""
+    args: list[str] = []
+    fix: str | None = None
+    pins: list[str] = []
+    launch: LaunchOverride | None = None
+    default: bool = True
+
+
+class ExpectRule(_Section):
+    when: dict[str, str]
+    variant: str | None = None
+    expect: Expectation
+
+
+class MatrixSection(_Section):
+    variants: list[str] = Field(min_length=1)
+    packages: dict[str, list[str] | str] = {}
+    params: dict[str, list[str]] = {}
+    exclude: list[dict[str, str]] = []
+    expect: list[ExpectRule] = []
+    prereleases: bool = False
+    include_yanked: bool = False
+
+
+class BisectSection(_Section):
+    package: str
+    variant: str
+    good: str | None = None
+    bad: str | None = None
+
+
+class PlatformSection(_Section):
+    python: str | None = None
+    pins: list[str] = []
+    install_env: dict[str, str] = {}
+
+
+class ReproFile(_Section):
+    repro: ReproSection
+    launch: LaunchSection
+    env: EnvSection
+    verdict: VerdictSection
+    variants: dict[str, Variant] = Field(min_length=1)
+    matrix: MatrixSection | None = None
+    bisect: BisectSection | None = None
+    platforms: dict[str, PlatformSection] = {}
+
+
+@dataclass(frozen=True)
+class Repro:
+    """A validated repro: its parsed file plus where it lives."""
+
+    name: str
+    dir: Path
+    spec: ReproFile
+    fixes_dir: Path
+
+    @property
+    def file(self) -> Path:
+        return self.dir / SPEC_FILE
+
+    @property
+    def script(self) -> Path:
+        return self.dir / self.spec.repro.script
+
+    @cached_property
+    def default_variants(self) -> list[str]:
+        return [name for name, v in self.spec.variants.items() if v.default]
+
+    def variant(self, name: str) -> Variant:
+        try:
+            return self.spec.variants[name]
+        except KeyError:
+            raise BadInput(
+                f"repro {self.name!r} has no variant {name!r}; "
+                f"it has: {', '.join(self.spec.variants)}"
+            ) from None
+
+    def launch(self, variant: str) -> LaunchSection:
+        """[launch] with the variant's overrides applied."""
+        override = self.variant(variant).launch
+        if override is None:
+            return self.spec.launch
+        changes = override.model_dump(exclude_none=True)
+        return self.spec.launch.model_copy(update=changes)
+
+    def requirements(
+        self, variant: str, platform: str = "cpu", overrides: dict[str, str] | None = None
+    ) -> list[str]:
+        """The pins a variant installs: [env], then the platform's, the variant's, and
+        `overrides` (package -> exact version, from a matrix cell or a bisect probe)."""
+        pins = merge_pins(self.spec.env.pins, self.platform(platform).pins)
+        pins = merge_pins(pins, self.variant(variant).pins)
+        extra = [f"{name}=={version}" for name, version in (overrides or {}).items()]
+        return merge_pins(pins, extra)
+
+    def python(self, platform: str = "cpu") -> str:
+        return self.platform(platform).python or self.spec.env.python
+
+    def install_env(self, platform: str = "cpu") -> dict[str, str]:
+        return {**self.spec.env.install_env, **self.platform(platform).install_env}
+
+    def platform(self, platform: str) -> PlatformSection:
+        if platform == "cpu" and "cpu" not in self.spec.platforms:
+            return PlatformSection()
+        try:
+            return self.spec.platforms[platform]
+        except KeyError:
+            known = ", ".join(["cpu", *self.spec.platforms]) if self.spec.platforms else "cpu"
+            raise BadInput(
+                f"repro {self.name!r} has no platform {platform!r}; it has: {known}"
+            ) from None
+
+    def pinned_packages(self) -> set[str]:
+        return {canonicalize_name(Requirement(p).name) for p in self.spec.env.pins}
+
+
+def merge_pins(base: list[str], replacements: list[str]) -> list[str]:
+    """Replace requirements of the same (canonical) package; append new ones."""
+    merged = {canonicalize_name(Requirement(p).name): p for p in base}
+    for pin in replacements:
+        merged[canonicalize_name(Requirement(pin).name)] = pin
+    return list(merged.values())
+
+
+def repo_root() -> Path:
+    """The checkout holding repros/ (REPROBOX_ROOT overrides; tests use it)."""
+    if env := os.environ.get("REPROBOX_ROOT"):
+        return Path(env).resolve()
+    here = Path.cwd().resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "repros").is_dir() and (candidate / "noxfile.py").is_file():
+            return candidate
+    return Path(__file__).resolve().parents[2]
+
+
+def discover(root: Path) -> list[str]:
+    """Names of the repros under `root/repros` (directories holding a repro.toml)."""
+    repros = root / "repros"
+    if not repros.is_dir():
+        return []
+    return sorted(
+        p.name
+        for p in repros.iterdir()
+        if p.is_dir() and not p.name.startswith(("_", ".")) and (p / SPEC_FILE).is_file()
+    )
+
+
+def load(root: Path, name: str) -> Repro:
+    """Load one repro by name, with a helpful error for unknown names."""
+    known = discover(root)
+    if name not in known:
+        hint = difflib.get_close_matches(name, known, n=1)
+        suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise BadInput(f"unknown repro {name!r}{suggestion}; known: {', '.join(known) or 'none'}")
+    return load_file(root / "repros" / name / SPEC_FILE, fixes_dir=root / "fixes")
+
+
+def load_file(file: Path, fixes_dir: Path) -> Repro:
+    shown = _display(file)
+    try:
+        raw = tomllib.loads(file.read_text())
+    except FileNotFoundError:
+        raise SpecError(shown, "", "file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(shown, "", f"not valid TOML: {exc}") from None
+    try:
+        spec = ReproFile.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise SpecError(shown, field, f"{_pydantic_message(first)}{extra}") from None
+    repro = Repro(name=file.parent.name, dir=file.parent, spec=spec, fixes_dir=fixes_dir)
+    _check_semantics(repro, shown)
+    return repro
+
+
+def _pydantic_message(error: dict) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown field"
+    if error["type"] == "missing":
+        return "required field is missing"
+    return str(error["msg"])
+
+
+def _check_semantics(repro: Repro, shown: str) -> None:
+    spec = repro.spec
+
+    def fail(field: str, problem: str) -> None:
+        raise SpecError(shown, field, problem)
+
+    if not repro.script.is_file():
+        fail("repro.script", f"script {spec.repro.script!r} not found in {_display(repro.dir)}")
+    _check_pins(spec.env.pins, "env.pins", fail)
+    for name, platform in spec.platforms.items():
+        _check_pins(platform.pins, f"platforms.{name}.pins", fail)
+    _check_launch(repro, spec.launch, "launch", fail)
+
+    for name, variant in spec.variants.items():
+        where = f"variants.{name}"
+        if name in RESERVED_VARIANT_NAMES:
+            fail(where, f"{name!r} is reserved (it names the default cell)")
+        _check_pins(variant.pins, f"{where}.pins", fail)
+        if variant.fix is not None and not (repro.fixes_dir / f"{variant.fix}.py").is_file():
+            fail(f"{where}.fix", f"fix module {variant.fix!r} not found in fixes/")
+        if variant.launch is not None:
+            _check_launch(repro, repro.launch(name), f"{where}.launch", fail)
+
+    if spec.matrix is not None:
+        _check_matrix(repro, spec.matrix, fail)
+    if spec.bisect is not None:
+        if spec.bisect.variant not in spec.variants:
+            fail("bisect.variant", f"no variant {spec.bisect.variant!r}")
+        if canonicalize_name(spec.bisect.package) not in repro.pinned_packages():
+            fail("bisect.package", f"{spec.bisect.package!r} is not among env.pins")
+        for end in ("good", "bad"):
+            value = getattr(spec.bisect, end)
+            if value is not None:
+                _check_version(value, f"bisect.{end}", fail)
+
+
+def _check_launch(repro: Repro, launch: LaunchSection, where: str, fail) -> None:
+    if launch.config is not None:
+        if launch.launcher != "accelerate":
+            fail(f"{where}.config", "only the accelerate launcher takes a config file")
+        if not (repro.dir / launch.config).is_file():
+            fail(f"{where}.config", f"config {launch.config!r} not found")
+
+
+def _check_pins(pins: list[str], where: str, fail) -> None:
+    for index, pin in enumerate(pins):
+        try:
+            Requirement(pin)
+        except InvalidRequirement as exc:
+            fail(f"{where}[{index}]", f"bad requirement {pin!r}: {exc}")
+
+
+def check_version(value: str, what: str) -> None:
+    """Raise BadInput unless `value` is a valid (PEP 440) version."""
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise BadInput(f"{what}: {value!r} is not a valid version") from None
+
+
+def _check_version(value: str, where: str, fail) -> None:
+    try:
+        Version(value)
+    except InvalidVersion:
+        fail(where, f"{value!r} is not a valid version")
+
+
+def _check_matrix(repro: Repro, matrix: MatrixSection, fail) -> None:
+    for index, variant in enumerate(matrix.variants):
+        if variant not in repro.spec.variants:
+            fail(f"matrix.variants[{index}]", f"no variant {variant!r}")
+    pinned = repro.pinned_packages()
+    for package, values in matrix.packages.items():
+        where = f"matrix.packages.{package}"
+        if canonicalize_name(package) not in pinned:
+            fail(where, f"{package!r} is not among env.pins")
+        if isinstance(values, str):
+            try:
+                SpecifierSet(values)
+            except InvalidSpecifier:
+                fail(where, f"{values!r} is neither a list of versions nor a version range")
+        else:
+            for index, value in enumerate(values):
+                _check_version(value, f"{where}[{index}]", fail)
+    overlap = set(matrix.packages) & set(matrix.params)
+    if overlap:
+        fail("matrix.params", f"{sorted(overlap)} named both as package and as param axis")
+    axes = set(matrix.packages) | set(matrix.params)
+    for index, rule in enumerate(matrix.expect):
+        for key, value in rule.when.items():
+            if key not in axes:
+                fail(f"matrix.expect[{index}].when.{key}", "not a matrix axis")
+            if key in matrix.packages:
+                try:
+                    SpecifierSet(value)
+                except InvalidSpecifier:
+                    fail(f"matrix.expect[{index}].when.{key}", f"bad version range {value!r}")
+        if rule.variant is not None and rule.variant not in repro.spec.variants:
+            fail(f"matrix.expect[{index}].variant", f"no variant {rule.variant!r}")
+    for index, exclusion in enumerate(matrix.exclude):
+        for key in exclusion:
+            if key not in axes:
+                fail(f"matrix.exclude[{index}].{key}", "not a matrix axis")
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)

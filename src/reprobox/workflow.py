@@ -1,0 +1,329 @@
+"""The pipeline behind every run: cell -> lock -> environment -> launch -> result -> record.
+
+Each step can fail with a `ReproboxError`; the failure becomes the cell's record (status
+`error`, a plain reason, the exit code it implies) and the next cell still runs. Only Ctrl-C
+stops the pipeline, after saving the record of the cell it interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from . import envs, launch
+from .errors import BadInput, ExitCode, LaunchError, LaunchTimeout, ReproboxError
+from .matrix import Cell
+from .protocol import PLAN_ENV, RESULT_ENV, Expectation, Verdict, read_result
+from .results import RECORD_FILE, Record, new_run_dir
+from .spec import Repro
+from .verdict import Status, decide, judge
+
+RESULT_FILE = "result.json"
+PLAN_FILE = "plan.json"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    platform: str = "cpu"
+    echo: TextIO | None = None  # stream the launcher's output here
+    timeout: float | None = None  # overrides [launch] timeout
+
+
+def lock_path(repro: Repro, variant: str, platform: str) -> Path:
+    """The committed lock of a variant (what the image installs, too)."""
+    return repro.dir / "locks" / f"{variant}.{platform}.txt"
+
+
+def lock_request(
+    repro: Repro, variant: str, platform: str = "cpu", overrides: dict[str, str] | None = None
+) -> envs.LockRequest:
+    return envs.LockRequest(
+        requirements=tuple(repro.requirements(variant, platform, overrides)),
+        python=repro.python(platform),
+        platform=platform,
+        exclude_newer=repro.spec.env.exclude_newer,
+    )
+
+
+def lock_for(
+    repro: Repro, variant: str, platform: str = "cpu", overrides: dict[str, str] | None = None
+) -> Path:
+    """The committed lock when the variant runs at its own pins, else a cached one."""
+    request = lock_request(repro, variant, platform, overrides)
+    committed = lock_path(repro, variant, platform)
+    if not overrides and committed.is_file():
+        if envs.lock_input_hash(committed) != request.input_hash:
+            raise BadInput(
+                f"{committed.relative_to(repro.dir.parent.parent)} is stale: repro.toml changed "
+                f"since it was generated; run `nox -s lock -- {repro.name}`"
+            )
+        return committed
+    return envs.cached_lock(request)
+
+
+def script_args(repro: Repro, cell: Cell) -> list[str]:
+    """The script's arguments, in protocol order (see repros/README.md)."""
+    variant = repro.variant(cell.variant)
+    args = ["--variant", cell.variant, *variant.args]
+    if variant.fix:
+        args += ["--fix", variant.fix]
+    for name, value in cell.params:
+        args += [f"--{name}", value]
+    return args
+
+
+def plan_launch(
+    repro: Repro,
+    cell: Cell,
+    env: envs.Env,
+    run_dir: Path,
+    options: RunOptions,
+    *,
+    args: list[str] | None = None,
+    protocol_env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> launch.LaunchPlan:
+    """The launch of `cell` (or, with `args`/`protocol_env`, of a batch led by it)."""
+    spec = repro.launch(cell.variant)
+    path = os.pathsep.join([str(env.path / "bin"), os.environ.get("PATH", "")])
+    run_env = {
+        **spec.env,
+        **(protocol_env or {RESULT_ENV: str(run_dir / RESULT_FILE)}),
+        "PYTHONPATH": str(repro.fixes_dir),
+        "PATH": path,
+        "VIRTUAL_ENV": str(env.path),
+    }
+    return launch.LaunchPlan(
+        launcher=spec.launcher,
+        bin_dir=env.path / "bin",
+        processes=spec.processes,
+        script=repro.script,
+        script_args=script_args(repro, cell) if args is None else args,
+        timeout=timeout or options.timeout or spec.timeout,
+        log_dir=run_dir,
+        cwd=run_dir,
+        env=run_env,
+        launcher_args=spec.args,
+        config=repro.dir / spec.config if spec.config else None,
+        port=launch.free_port(),
+    )
+
+
+@dataclass
+class _Pending:
+    """A cell on its way through the pipeline: its record fills in as steps succeed."""
+
+    cell: Cell
+    record: Record
+    run_dir: Path
+    env: envs.Env | None = None
+
+
+def _new_record(root: Path, repro: Repro, cell: Cell, options: RunOptions) -> _Pending:
+    run_dir = new_run_dir(root, repro.name, cell.slug)
+    record = Record(
+        repro=repro.name,
+        variant=cell.variant,
+        label=cell.label,
+        packages=dict(cell.packages),
+        params=dict(cell.params),
+        expect=cell.expect.value,
+        also_ok=[v.value for v in cell.also_ok],
+        status=Status.ERROR.value,
+        verdict=None,
+        platform=options.platform,
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        dir=str(run_dir),
+    )
+    return _Pending(cell, record, run_dir)
+
+
+@contextmanager
+def _recording(pending: list[_Pending]):
+    """Turn a failure of this step into the records of these cells; save them on Ctrl-C."""
+    try:
+        yield
+    except ReproboxError as exc:
+        for item in pending:
+            item.record.reason, item.record.exit_code = str(exc), int(exc.exit_code)
+    except KeyboardInterrupt:
+        for item in pending:
+            item.record.reason, item.record.exit_code = "interrupted", int(ExitCode.INTERRUPTED)
+            item.record.save()
+        raise
+
+
+def _prepare_env(repro: Repro, item: _Pending, options: RunOptions) -> None:
+    with _recording([item]):
+        started = time.monotonic()
+        lock = lock_for(repro, item.cell.variant, options.platform, dict(item.cell.packages))
+        platform = options.platform
+        item.env = envs.ensure_env(lock, repro.python(platform), repro.install_env(platform))
+        item.record.lock, item.record.lock_hash = str(lock), item.env.lock_hash
+        item.record.env_s = time.monotonic() - started
+
+
+def _launch_group(repro: Repro, group: list[_Pending], options: RunOptions) -> None:
+    """One launch for the group: a single cell gets its arguments on the command line; a
+    batch gets a plan file (see repros/README.md, "Batching")."""
+    lead = group[0]
+    assert lead.env is not None
+    for item in group:
+        item.record.command = plan_launch(repro, item.cell, lead.env, item.run_dir, options).argv()
+    with _recording(group):
+        if len(group) == 1:
+            plan = plan_launch(repro, lead.cell, lead.env, lead.run_dir, options)
+        else:
+            plan_file = lead.run_dir / PLAN_FILE
+            cases = [
+                {"args": script_args(repro, i.cell), "result": str(i.run_dir / RESULT_FILE)}
+                for i in group
+            ]
+            plan_file.write_text(json.dumps({"cases": cases}, indent=2) + "\n")
+            timeout = options.timeout or sum(repro.launch(i.cell.variant).timeout for i in group)
+            plan = plan_launch(
+                repro,
+                lead.cell,
+                lead.env,
+                lead.run_dir,
+                options,
+                args=[],
+                protocol_env={PLAN_ENV: str(plan_file)},
+                timeout=timeout,
+            )
+        outcome = launch.run(plan, echo=options.echo)
+        for item in group:
+            item.record.wall_s, item.record.returncode = outcome.wall_s, outcome.returncode
+            if item is not lead:
+                item.record.batch_dir = str(lead.run_dir)
+        if outcome.timed_out:
+            raise LaunchTimeout(
+                f"timed out after {plan.timeout:g}s (a hung collective?); process tree killed; "
+                f"logs in {lead.run_dir}"
+            )
+    for item in group:
+        if item.record.exit_code == 0:
+            with _recording([item]):
+                _judge(repro, item, outcome, lead.run_dir)
+
+
+def _judge(repro: Repro, item: _Pending, outcome: launch.LaunchOutcome, logs: Path) -> None:
+    try:
+        result = read_result(item.run_dir / RESULT_FILE)
+    except LaunchError as exc:
+        raise LaunchError(
+            f"{exc}; launcher exit {outcome.returncode}{_last_error(outcome)}; logs in {logs}"
+        ) from None
+    rules = repro.spec.verdict.reproduced_if
+    verdict, fired = decide(Verdict(result["verdict"]), result["metrics"], rules)
+    record = item.record
+    record.result, record.metrics = result, result["metrics"]
+    record.verdict = verdict.value
+    record.status = judge(verdict, item.cell.expect, item.cell.also_ok).value
+    record.reason = result.get("reason") or fired
+    if record.status == Status.MISMATCH.value:
+        record.exit_code = int(ExitCode.FAILED)
+
+
+def _launch_key(repro: Repro, item: _Pending) -> tuple:
+    """Cells with equal keys can share one launch."""
+    spec = repro.launch(item.cell.variant)
+    env = item.env.path if item.env else None
+    return (
+        env,
+        spec.launcher,
+        spec.processes,
+        spec.config,
+        tuple(spec.args),
+        tuple(sorted(spec.env.items())),
+    )
+
+
+def _groups(repro: Repro, pending: list[_Pending]) -> list[list[_Pending]]:
+    if not repro.spec.launch.batch:
+        return [[item] for item in pending]
+    groups: dict[tuple, list[_Pending]] = {}
+    for item in pending:
+        groups.setdefault(_launch_key(repro, item), []).append(item)
+    return list(groups.values())
+
+
+def run_cell(root: Path, repro: Repro, cell: Cell, options: RunOptions = RunOptions()) -> Record:
+    """Run one cell on its own and save its record, whatever happens."""
+    return run_cells(root, repro, [cell], options)[0]
+
+
+def run_cells(
+    root: Path,
+    repro: Repro,
+    cells: Iterable[Cell],
+    options: RunOptions = RunOptions(),
+    on_start: Callable[[list[Cell]], None] | None = None,
+    on_record: Callable[[Record], None] | None = None,
+) -> list[Record]:
+    """Run cells in order, sharing launches where the repro allows it ([launch] batch).
+
+    Every cell that ran ends with a saved record; Ctrl-C keeps the records already written,
+    marks the cells it interrupted, and leaves no directory for cells that never started."""
+    pending = [_new_record(root, repro, cell, options) for cell in cells]
+    records = []
+    try:
+        for item in pending:
+            _prepare_env(repro, item, options)
+        ready = [item for item in pending if item.record.exit_code == 0]
+        for group in _groups(repro, ready):
+            if on_start is not None:
+                on_start([item.cell for item in group])
+            _launch_group(repro, group, options)
+            _finish(group, records, on_record)
+        _finish([i for i in pending if i not in ready], records, on_record)
+    finally:
+        for item in pending:
+            if not (item.run_dir / RECORD_FILE).exists():
+                shutil.rmtree(item.run_dir, ignore_errors=True)
+    order = {id(item.record): index for index, item in enumerate(pending)}
+    return sorted(records, key=lambda r: order[id(r)])
+
+
+def _finish(group: list[_Pending], records: list[Record], on_record) -> None:
+    for item in group:
+        item.record.save()
+        records.append(item.record)
+        if on_record is not None:
+            on_record(item.record)
+
+
+_ERROR_LINE = re.compile(r"\b([A-Z]\w*(Error|Exception|Interrupt)\b.*)")
+
+
+def _last_error(outcome: launch.LaunchOutcome) -> str:
+    """The last exception line any rank printed, to make a crash's one-line reason useful."""
+    found = ""
+    for log in [outcome.log, *outcome.rank_logs]:
+        for line in log.read_text(errors="replace").splitlines():
+            match = _ERROR_LINE.search(line)
+            if match and "ChildFailedError" not in line:
+                found = match.group(1).strip()[:200]
+    return f"; last error: {found}" if found else ""
+
+
+def exit_code(records: Iterable[Record]) -> ExitCode:
+    """First error's code; else FAILED when any verdict missed its expectation; else OK."""
+    records = list(records)
+    for record in records:
+        if record.status == Status.ERROR.value:
+            return ExitCode(record.exit_code)
+    if any(r.status == Status.MISMATCH.value for r in records):
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+__all__ = ["Expectation", "RunOptions", "exit_code", "run_cell", "run_cells"]
