@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 from . import envs, matrix, spec, ui, workflow
 from .errors import BadInput, ExitCode, ReproboxError
 from .protocol import Verdict
-from .results import latest_records, results_dir
+from .results import Record, latest_records, results_dir
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -140,7 +140,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             root, repro, cells, _options(args), on_start=progress.start, on_record=progress.done
         )
     ui.verdict_table(records, repro.spec.verdict.reproduced_if)
-    return int(workflow.exit_code(records))
+    return _conclude(records)
+
+
+def _conclude(records: list[Record]) -> int:
+    """The exit code of a run, and for a failed one its first reason as the last line."""
+    code = workflow.exit_code(records)
+    failed = next((r for r in records if r.exit_code == code and code != ExitCode.OK), None)
+    if failed is not None and failed.status == "mismatch":
+        ui.error(
+            f"{failed.repro} {failed.label}: {failed.verdict}, expected {failed.expect} "
+            f"({failed.reason})"
+        )
+    elif failed is not None:
+        ui.error(f"{failed.repro} {failed.label}: {failed.reason}")
+    return int(code)
 
 
 def cmd_verdict(args: argparse.Namespace) -> int:
@@ -230,7 +244,7 @@ def cmd_table(args: argparse.Namespace) -> int:
     if not records:
         raise BadInput(f"no results on disk under {results_dir(root)}; run `make repro` first")
     ui.verdict_table(records, rules)
-    return int(workflow.exit_code(records))
+    return _conclude(records)
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ def _start(plan: LaunchPlan, env: dict[str, str], sink) -> list[subprocess.Popen
             stdout=sink,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            process_group=0,  # its own group: Ctrl-C reaches the harness, which cleans up
         )
         return [proc]
     procs: list[subprocess.Popen[bytes]] = []
@@ -159,7 +159,7 @@ def _start(plan: LaunchPlan, env: dict[str, str], sink) -> list[subprocess.Popen
             "LOCAL_WORLD_SIZE": str(plan.processes),
         }
         out = (plan.log_dir / f"rank{rank}.log").open("wb")
-        group = {"start_new_session": True} if not procs else {"process_group": procs[0].pid}
+        group = procs[0].pid if procs else 0  # one group for all ranks, led by rank 0
         procs.append(
             subprocess.Popen(
                 argv,
@@ -168,7 +168,7 @@ def _start(plan: LaunchPlan, env: dict[str, str], sink) -> list[subprocess.Popen
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                **group,
+                process_group=group,
             )
         )
         out.close()
@@ -248,11 +248,13 @@ def _kill_marked(run_id: str) -> int:
 
 
 def _combined_code(codes: list[int | None]) -> int | None:
-    """Rank 0's code, unless another rank failed with something outside the protocol."""
+    """Rank 0's code, unless a rank failed outside the protocol; a rank's own failure code
+    wins over the signal that the harness then sent its peers."""
     if not codes:
         return None
     odd = [c for c in codes if c not in (0, 1, 125)]
-    return odd[0] if odd else codes[0]
+    own = [c for c in odd if c is not None and c > 0]
+    return (own or odd or codes)[0]
 
 
 def _collect_rank_logs(plan: LaunchPlan) -> list[Path]:

@@ -46,7 +46,7 @@ class Cell:
     @property
     def slug(self) -> str:
         """The label as a safe directory name."""
-        return re.sub(r"[^A-Za-z0-9._=-]+", "_", self.label.replace("[", "@").rstrip("]"))
+        return re.sub(r"[^A-Za-z0-9._=@,-]+", "_", self.label.replace("[", "@").rstrip("]"))
 
     def call_spec(self) -> dict[str, str]:
         return {

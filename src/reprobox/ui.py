@@ -19,7 +19,7 @@ from .matrix import Cell
 from .results import Record
 from .spec import Rule
 
-console = Console(stderr=True, highlight=False)
+console = Console(stderr=True, highlight=False, soft_wrap=True)  # a message stays one line
 out = Console(highlight=False)
 
 _STATUS_STYLE = {"match": "green", "mismatch": "bold red", "recorded": "cyan", "error": "red"}
