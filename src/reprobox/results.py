@@ -3,6 +3,7 @@
 Layout: `<results>/<repro>/<cell slug>/<timestamp>/` holding `record.json` (the harness's
 judgement), `result.json` (the script's own), `launch.log` and `rank<N>.log`. A run that is
 interrupted keeps every record already written; a reader takes the newest record per cell.
+Bisections keep their probe log and summary under `<results>/<repro>/_bisect/<id>/`.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def latest_records(root: Path, repro: str) -> list[Record]:
     """The newest readable record of every cell of `repro` (half-written ones are skipped)."""
     base = results_dir(root) / repro
     records = []
-    for cell_dir in sorted(p for p in base.glob("*") if p.is_dir()):
+    cells = [p for p in base.glob("*") if p.is_dir() and not p.name.startswith("_")]
+    for cell_dir in sorted(cells):
         for run_dir in sorted((p for p in cell_dir.iterdir() if p.is_dir()), reverse=True):
             try:
                 records.append(Record.load(run_dir / RECORD_FILE))
