@@ -74,3 +74,9 @@ def lint(session: nox.Session) -> None:
     paths = ["src", "repros", "fixes", "tests", "noxfile.py"]
     session.run("ruff", "check", *paths)
     session.run("ruff", "format", "--check", *paths)
+
+
+@nox.session(venv_backend="none")
+def bisect(session: nox.Session) -> None:
+    """Where a verdict flips: -- <repro> [--package P --good V --bad V | --by-date A..B]."""
+    session.run(*HARNESS, "bisect", *session.posargs, external=True)

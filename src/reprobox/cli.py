@@ -60,6 +60,34 @@ def _parser() -> argparse.ArgumentParser:
     _cell_arguments(verdict)
     verdict.set_defaults(handler=cmd_verdict)
 
+    bisect = commands.add_parser(
+        "bisect", help="find the release (or date) where a variant's verdict flips"
+    )
+    bisect.add_argument("repro")
+    bisect.add_argument("--package", help="the package whose releases to search")
+    bisect.add_argument("--good", help="a release where the variant is clean")
+    bisect.add_argument("--bad", help="a release where the variant reproduces")
+    bisect.add_argument("--variant", help="the variant to run at each probe")
+    bisect.add_argument("--by-date", metavar="START..END", help="bisect over days instead")
+    bisect.add_argument(
+        "--float",
+        action="append",
+        default=[],
+        metavar="PKG",
+        help="by date: resolve this package as of each day (repeatable)",
+    )
+    bisect.add_argument(
+        "--confirm",
+        type=int,
+        default=1,
+        metavar="N",
+        help="re-run each boundary probe N more times to catch flakiness (default 1)",
+    )
+    bisect.add_argument("--log", type=Path, help="probe log (default: derived from arguments)")
+    bisect.add_argument("--platform", default="cpu", choices=["cpu", "gpu"])
+    bisect.add_argument("--timeout", type=float, help="seconds per probe")
+    bisect.set_defaults(handler=cmd_bisect)
+
     lock = commands.add_parser("lock", help="regenerate (or --check) the committed locks")
     lock.add_argument("repros", nargs="*")
     lock.add_argument("--check", action="store_true", help="fail if a lock is stale or missing")
@@ -172,6 +200,55 @@ def cmd_verdict(args: argparse.Namespace) -> int:
         return int(ExitCode.CANNOT_TEST)
     ui.error(record.reason)
     return 255 if record.exit_code != ExitCode.INTERRUPTED else int(ExitCode.INTERRUPTED)
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from . import triage
+    from .releases import SimpleIndex
+
+    root = _root()
+    repro = spec.load(root, args.repro)
+    defaults = repro.spec.bisect
+    variant = args.variant or (defaults.variant if defaults else None)
+    if variant is None:
+        raise BadInput(f"--variant is needed: {repro.name} has no [bisect] variant")
+    repro.variant(variant)
+    target = triage.Target(root, repro, variant, _options(args))
+    if args.confirm < 0:
+        raise BadInput("--confirm must be 0 or more")
+    with ui.BisectProgress(repro.name) as progress:
+        if args.by_date:
+            start, end = triage.parse_dates(args.by_date)
+            floats = args.float or (defaults.float or [defaults.package] if defaults else [])
+            summary = triage.date_bisect(
+                target,
+                start,
+                end,
+                floats,
+                confirm=args.confirm,
+                log_path=args.log,
+                on_probe=progress.probe,
+            )
+        else:
+            package = args.package or (defaults.package if defaults else None)
+            good = args.good or (defaults.good if defaults else None)
+            bad = args.bad or (defaults.bad if defaults else None)
+            if not (package and good and bad):
+                raise BadInput("--package, --good and --bad are needed (no [bisect] defaults)")
+            for name, value in (("--good", good), ("--bad", bad)):
+                spec.check_version(value, name)
+            summary = triage.release_bisect(
+                target,
+                package,
+                good,
+                bad,
+                SimpleIndex(),
+                confirm=args.confirm,
+                log_path=args.log,
+                on_probe=progress.probe,
+            )
+    ui.bisect_summary(summary)
+    return int(ExitCode.FAILED if summary["status"] == "flaky" else ExitCode.OK)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -57,6 +57,8 @@ class LockRequest:
     python: str
     platform: str = "cpu"
     exclude_newer: str | None = None
+    # (package, date): resolve these packages as of an earlier date (date bisection)
+    exclude_newer_packages: tuple[tuple[str, str], ...] = ()
 
     @property
     def input_hash(self) -> str:
@@ -66,6 +68,8 @@ class LockRequest:
             "platform": self.platform,
             "exclude_newer": self.exclude_newer,
         }
+        if self.exclude_newer_packages:
+            payload["exclude_newer_packages"] = sorted(self.exclude_newer_packages)
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -95,6 +99,8 @@ def compile_lock(request: LockRequest, dest: Path) -> Path:
     ]
     if request.exclude_newer:
         cmd += ["--exclude-newer", request.exclude_newer]
+    for package, date in request.exclude_newer_packages:
+        cmd += ["--exclude-newer-package", f"{package}={date}"]
     if request.platform == "cpu":
         for link in find_links():
             cmd += ["--find-links", link]
@@ -102,7 +108,8 @@ def compile_lock(request: LockRequest, dest: Path) -> Path:
     header = [
         f"{LOCK_HEADER}{request.input_hash}",
         f"# python {request.python}, platform {request.platform}"
-        + (f", as of {request.exclude_newer}" if request.exclude_newer else ""),
+        + (f", as of {request.exclude_newer}" if request.exclude_newer else "")
+        + "".join(f", {p} as of {d}" for p, d in request.exclude_newer_packages),
         *(f"#   {req}" for req in request.requirements),
         "# Regenerate with: nox -s lock",
     ]
@@ -159,19 +166,9 @@ def ensure_env(lock: Path, python: str, install_env: dict[str, str] | None = Non
             return Env(path, digest)
         shutil.rmtree(path, ignore_errors=True)
         _run_uv([uv_bin(), "venv", "--quiet", "--python", python, str(path)], what="create venv")
-        cmd = [
-            # Bytecode at install time: ranks import torch & co. from .pyc even where
-            # PYTHONDONTWRITEBYTECODE is set, which otherwise recompiles them every launch.
-            uv_bin(),
-            "pip",
-            "sync",
-            "--quiet",
-            "--require-hashes",
-            "--compile-bytecode",
-            "--python",
-            str(path / "bin" / "python"),
-            str(lock),
-        ]
+        python_bin = str(path / "bin" / "python")
+        cmd = [uv_bin(), "pip", "sync", "--quiet", "--require-hashes", "--python", python_bin]
+        cmd.append(str(lock))
         for link in find_links():
             cmd += ["--find-links", link]
         _run_uv(cmd, what="install", env=install_env)

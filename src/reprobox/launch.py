@@ -106,6 +106,10 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
     plan.log_dir.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex
     env = {**os.environ, **plan.env, RUN_ID_ENV: run_id, "PYTHONUNBUFFERED": "1"}
+    # Let ranks cache bytecode in the (harness-owned) venv: with PYTHONDONTWRITEBYTECODE set,
+    # every rank of every launch recompiles torch & co.; compiling whole envs at install
+    # instead costs ~10 s per env (too much for bisect probes).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(plan.port)
     log = plan.log_dir / "launch.log"
     started = time.monotonic()

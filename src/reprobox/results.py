@@ -72,10 +72,10 @@ class Record:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-def new_run_dir(root: Path, repro: str, slug: str) -> Path:
+def new_run_dir(root: Path, repro: str, slug: str, base: Path | None = None) -> Path:
     """A fresh directory for one cell run; names sort by time and never collide."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{uuid.uuid4().hex[:6]}"
-    path = results_dir(root) / repro / slug / stamp
+    path = (base or results_dir(root) / repro) / slug / stamp
     path.mkdir(parents=True, exist_ok=False)
     return path
 

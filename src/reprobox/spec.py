@@ -113,6 +113,7 @@ class BisectSection(_Section):
     variant: str
     good: str | None = None
     bad: str | None = None
+    float: list[str] = []  # packages a date bisection resolves by date (default: package)
 
 
 class PlatformSection(_Section):

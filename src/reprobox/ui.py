@@ -100,6 +100,49 @@ class CellProgress:
         return ", ".join(f"{n} {v}" for v, n in sorted(self.counts.items()))
 
 
+class BisectProgress:
+    """One line per probe; in a terminal, a live status line while probes run."""
+
+    def __init__(self, repro: str) -> None:
+        self.repro, self.count = repro, 0
+        self._status: Any = None
+
+    def __enter__(self) -> BisectProgress:
+        if interactive():
+            self._status = console.status(f"bisecting {self.repro}: confirming both ends")
+            self._status.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.stop()
+
+    def probe(self, entry: dict[str, Any]) -> None:
+        self.count += 1
+        verdict = entry.get("verdict") or "skipped"
+        again = f" (repeat {entry['attempt']})" if entry.get("attempt", 1) > 1 else ""
+        if entry.get("resumed"):
+            source = "from the log"
+        elif entry.get("same_as"):
+            source = f"same environment as {entry['same_as']}"
+        else:
+            source = f"{entry.get('wall_s', 0):.1f}s"
+        reason = f" - {entry.get('reason')}" if verdict == "skipped" else ""
+        info(f"probe {self.count}: {entry['item']}{again}: {verdict} ({source}){reason}")
+        if self._status is not None:
+            self._status.update(f"bisecting {self.repro}: {self.count} probes so far")
+
+
+def bisect_summary(summary: dict[str, Any]) -> None:
+    """The closing line, as `git bisect` ends, and where the details are."""
+    info(
+        f"{summary['distinct_probed']} probed, {summary['launched']} launched "
+        f"({summary['skips']} skipped, {summary['wall_s']:.0f}s); summary: "
+        f"{summary['summary_path']}"
+    )
+    out.print(summary["result"], markup=False)
+
+
 def verdict_table(records: Iterable[Record], rules: Sequence[Rule]) -> None:
     """The verdict table: one row per cell, with the metrics the verdict rules read."""
     metric_names = list(dict.fromkeys(rule.metric for rule in rules))

@@ -35,6 +35,8 @@ class RunOptions:
     platform: str = "cpu"
     echo: TextIO | None = None  # stream the launcher's output here
     timeout: float | None = None  # overrides [launch] timeout
+    lock: Path | None = None  # run against this lock instead (date-bisection probes)
+    results_base: Path | None = None  # keep run dirs here instead (bisection probes)
 
 
 def lock_path(repro: Repro, variant: str, platform: str) -> Path:
@@ -128,7 +130,7 @@ class _Pending:
 
 
 def _new_record(root: Path, repro: Repro, cell: Cell, options: RunOptions) -> _Pending:
-    run_dir = new_run_dir(root, repro.name, cell.slug)
+    run_dir = new_run_dir(root, repro.name, cell.slug, options.results_base)
     record = Record(
         repro=repro.name,
         variant=cell.variant,
@@ -164,7 +166,9 @@ def _recording(pending: list[_Pending]):
 def _prepare_env(repro: Repro, item: _Pending, options: RunOptions) -> None:
     with _recording([item]):
         started = time.monotonic()
-        lock = lock_for(repro, item.cell.variant, options.platform, dict(item.cell.packages))
+        lock = options.lock or lock_for(
+            repro, item.cell.variant, options.platform, dict(item.cell.packages)
+        )
         platform = options.platform
         item.env = envs.ensure_env(lock, repro.python(platform), repro.install_env(platform))
         item.record.lock, item.record.lock_hash = str(lock), item.env.lock_hash
