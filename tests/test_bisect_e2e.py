@@ -1,0 +1,96 @@
+"""Bisection through the CLI against the toy repro, whose gate variant "regressed" in
+numpy 1.26.0: real environments per release, real ranks, a real probe log."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import reprobox
+from reprobox.errors import ExitCode
+
+pytestmark = pytest.mark.e2e
+
+
+def _summary(output: str) -> dict:
+    line = next(x for x in output.splitlines() if "summary: " in x)
+    return json.loads(Path(line.split("summary: ")[1].strip()).read_text())
+
+
+def test_release_bisect_names_the_first_reproducing_release(toy_root: Path) -> None:
+    done = reprobox("bisect", "toy")  # defaults from [bisect]: numpy 1.25.0 good, 1.26.4 bad
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "first reproducing release: numpy 1.26.0"
+    summary = _summary(done.stderr)
+    assert summary["status"] == "found" and summary["first"] == "1.26.0"
+    # ceil(log2 N) + 2 endpoints, plus the boundary confirmations (--confirm 1)
+    assert summary["distinct_probed"] <= math.ceil(math.log2(summary["items"])) + 2
+    assert summary["runs"] == summary["distinct_probed"] + 2
+
+    again = reprobox("bisect", "toy")  # same arguments: everything comes from the log
+    assert again.returncode == 0
+    assert again.stderr.count("from the log") == summary["runs"]
+
+
+def test_a_bisect_killed_with_sigkill_resumes(toy_root: Path) -> None:
+    log = toy_root / "probes.jsonl"
+    args = [sys.executable, "-m", "reprobox", "bisect", "toy", "--log", str(log)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if log.is_file() and len(log.read_text().splitlines()) >= 4:  # header + 3 probes
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = len(log.read_text().splitlines()) - 1
+    done = reprobox("bisect", "toy", "--log", str(log))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("from the log") >= finished >= 3
+    assert done.stdout.strip().endswith("first reproducing release: numpy 1.26.0")
+
+
+@pytest.mark.slow
+def test_date_bisect_names_the_day_and_the_culprit(toy_root: Path) -> None:
+    done = reprobox("bisect", "toy", "--by-date", "2023-06-01..2024-01-31")
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("first reproducing date: 2023-09-1")
+    assert last.endswith("culprit: numpy 1.25.2 -> 1.26.0")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--package", "accelerate", "--good", "1.0.0", "--bad", "1.1.0"],
+         "accelerate is not a package that toy pins"),
+        (["--good", "1.25.0", "--bad", "1.99.0"], "--bad numpy 1.99.0 does not exist"),
+        (["--good", "1.25.0", "--bad", "1.25.0"], "the same release"),
+        (["--good", "1.26.4", "--bad", "1.25.0"], "--good 1.26.4 is reproduced, not clean"),
+        (["--good", "1.25.0", "--bad", "1.25.2"], "--bad 1.25.2 is clean, not reproduced"),
+        (["--good", "one"], "--good: 'one' is not a valid version"),
+        (["--by-date", "2024-01-01..2023-01-01"], "START must be before END"),
+    ],
+)  # fmt: skip
+def test_bad_bisect_input(toy_root: Path, args: list[str], message: str) -> None:
+    done = reprobox("bisect", "toy", *args)
+    assert done.returncode == ExitCode.BAD_INPUT, done.stderr
+    errors = [x for x in done.stderr.splitlines() if x.startswith("reprobox: error:")]
+    assert len(errors) == 1 and message in errors[0], done.stderr
+
+
+def test_a_log_from_another_bisect_is_refused(toy_root: Path) -> None:
+    log = toy_root / "other.jsonl"
+    log.write_text(json.dumps({"bisect": {"kind": "release", "repro": "kl"}}) + "\n")
+    done = reprobox("bisect", "toy", "--log", str(log))
+    assert done.returncode == ExitCode.BAD_INPUT
+    assert "belongs to another bisect" in done.stderr
