@@ -80,3 +80,15 @@ def lint(session: nox.Session) -> None:
 def bisect(session: nox.Session) -> None:
     """Where a verdict flips: -- <repro> [--package P --good V --bad V | --by-date A..B]."""
     session.run(*HARNESS, "bisect", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
+def report(session: nox.Session) -> None:
+    """Upstream-ready report from results on disk: -- REPRO [--out DIR] [--post OWNER/REPO#N]."""
+    session.run(*HARNESS, "report", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
+def k8s(session: nox.Session) -> None:
+    """A Kubernetes Indexed Job, one pod per cell: -- REPRO --image-prefix REGISTRY/PATH."""
+    session.run(*HARNESS, "k8s", *session.posargs, external=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from . import envs, matrix, spec, ui, workflow
+from . import envs, matrix, report_cli, spec, ui, workflow
 from .errors import BadInput, ExitCode, ReproboxError
 from .protocol import Verdict
 from .results import Record, latest_records, results_dir
@@ -97,6 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     table.add_argument("repros", nargs="*")
     table.add_argument("--default", action="store_true", help="only the default cells")
     table.set_defaults(handler=cmd_table)
+
+    report_cli.register(commands)
     return parser
 
 

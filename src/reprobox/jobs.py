@@ -1,0 +1,190 @@
+"""A repro's cells as plain job descriptions for engines outside this machine.
+
+The GitHub Actions matrix and the Kubernetes Indexed Job both start one job per cell; this
+module says, for each cell, what to run: the `reprobox run` arguments, and for a container the
+launcher command and the script's protocol arguments. Nothing here knows a bug by name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from . import matrix, sessions, spec
+from .errors import BadInput, ReproboxError
+from .matrix import Cell
+from .workflow import script_args
+
+Which = Literal["default", "matrix", "all"]
+GITHUB_MATRIX_LIMIT = 256  # jobs one GitHub Actions matrix may hold
+
+
+@dataclass(frozen=True)
+class JobCell:
+    """One cell as a job: enough to run it anywhere and to import its result afterwards."""
+
+    index: int
+    repro: str
+    variant: str
+    label: str
+    slug: str
+    packages: dict[str, str]
+    params: dict[str, str]
+    expect: str
+    also_ok: list[str]
+    platform: str
+    run_args: list[str]  # after `reprobox run <repro>` (or `nox -s image -- <repro>`)
+    launch: list[str]  # the launcher inside the image, up to and including the script
+    args: list[str]  # the script's protocol arguments (repros/README.md)
+    env: dict[str, str] = field(default_factory=dict)  # [launch] env
+    timeout: float = 0.0
+    processes: int = 1
+
+    @property
+    def image_tag(self) -> str:
+        """The image that holds this cell's environment: variant and package versions decide
+        it (params do not change an environment)."""
+        parts = [self.variant, *(f"{k}-{v}" for k, v in self.packages.items()), self.platform]
+        return re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(parts))[:128]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "image_tag": self.image_tag}
+
+
+def cell_run_args(cell: Cell, platform: str = "cpu") -> list[str]:
+    """`reprobox run` arguments that select exactly this cell."""
+    args = ["--variant", cell.variant]
+    args += [f"--with={k}=={v}" for k, v in cell.packages]
+    args += [f"--param={k}={v}" for k, v in cell.params]
+    if platform != "cpu":
+        args += ["--platform", platform]
+    return args
+
+
+def image_launch(repro: spec.Repro, variant: str) -> list[str]:
+    """The launcher command inside the repro's image (working directory: the repro's copy)."""
+    launch = repro.launch(variant)
+    script = repro.spec.repro.script
+    n = str(launch.processes)
+    if launch.launcher == "torchrun":
+        # Underscore spellings: the only ones torch < 2.1 understands.
+        return ["torchrun", "--standalone", "--nproc_per_node", n, *launch.args, script]
+    if launch.launcher == "accelerate":
+        config = ["--config_file", launch.config] if launch.config else []
+        return ["accelerate", "launch", *config, "--num_processes", n, *launch.args, script]
+    if launch.processes > 1:
+        raise BadInput(
+            f"{repro.name} {variant}: the plain python launcher starts its {n} ranks from the "
+            "harness, which an image does not hold; use torchrun or accelerate to run it there"
+        )
+    return ["python", *launch.args, script]
+
+
+def select_cells(root: Path, name: str, which: Which = "all") -> list[Cell]:
+    """The default cells, the matrix cells, or both (a version range needs the index)."""
+    repro = spec.load(root, name)
+    cells: list[Cell] = []
+    if which in ("default", "all"):
+        cells += matrix.default_cells(repro)
+    if which in ("matrix", "all"):
+        from .releases import versions_in_range
+
+        cells += matrix.matrix_cells(repro, versions_in_range)
+    return cells
+
+
+def job_cells(root: Path, name: str, which: Which = "all", platform: str = "cpu") -> list[JobCell]:
+    """Every selected cell of `name` as a job, indexed from 0 in a stable order."""
+    repro = spec.load(root, name)
+    repro.platform(platform)  # unknown platform: BadInput naming the ones it has
+    jobs = []
+    for index, cell in enumerate(select_cells(root, name, which)):
+        launch = repro.launch(cell.variant)
+        jobs.append(
+            JobCell(
+                index=index,
+                repro=repro.name,
+                variant=cell.variant,
+                label=cell.label,
+                slug=cell.slug,
+                packages=dict(cell.packages),
+                params=dict(cell.params),
+                expect=cell.expect.value,
+                also_ok=[v.value for v in cell.also_ok],
+                platform=platform,
+                run_args=cell_run_args(cell, platform),
+                launch=image_launch(repro, cell.variant),
+                args=script_args(repro, cell),
+                env=dict(launch.env),
+                timeout=launch.timeout,
+                processes=launch.processes,
+            )
+        )
+    return jobs
+
+
+def has_gpu_image(root: Path, name: str) -> bool:
+    """A repro runs on GPU runners when it declares a gpu platform and has an image."""
+    repro = spec.load(root, name)
+    return "gpu" in repro.spec.platforms and (root / "images" / name / "Dockerfile").is_file()
+
+
+def github_matrix(root: Path, listed: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Turn `nox --json -l` output into GitHub Actions job matrices.
+
+    `cpu`: one job per nox session (`nox -s "<session>"`). `gpu`: one job per cell of a repro
+    with a GPU image, as arguments for `nox -s image -- <repro> ... --platform gpu --run`; a
+    default session stands for each default variant. Each is `{"include": [...]}`."""
+    cpu, gpu = [], []
+    known: dict[str, list[sessions.SessionCell]] = {}
+    for entry in listed:
+        call_spec = entry.get("call_spec") or {}
+        name = call_spec.get("repro")
+        if not isinstance(name, str) or "session" not in entry:
+            raise BadInput(f"not a reprobox session in the nox listing: {entry!r}")
+        cpu.append({"session": entry["session"], "repro": name})
+        if not has_gpu_image(root, name):
+            continue
+        if call_spec.get("variant") == matrix.DEFAULT_CELL:
+            for variant in spec.load(root, name).default_variants:
+                gpu.append({"repro": name, "variant": variant, "args": f"--variant {variant}"})
+            continue
+        if name not in known:
+            known[name] = sessions.session_cells(root, name)[1]
+        cell = next((c for c in known[name] if c.call_spec == call_spec), None)
+        if cell is None:
+            raise BadInput(f"nox session {entry['session']!r} is not a cell of {name} any more")
+        gpu.append({"repro": name, "variant": call_spec["variant"], "args": " ".join(cell.args)})
+    for what, rows in (("cpu", cpu), ("gpu", gpu)):
+        if len(rows) > GITHUB_MATRIX_LIMIT:
+            raise BadInput(
+                f"{len(rows)} {what} jobs exceed GitHub's {GITHUB_MATRIX_LIMIT} per matrix; "
+                "list fewer sessions (nox -t / -k)"
+            )
+    return {
+        "cpu": {"include": cpu},
+        "gpu": {"include": gpu},
+        "repros": sorted({row["repro"] for row in cpu}),
+    }
+
+
+def canary_plan(root: Path) -> list[dict[str, str]]:
+    """(repro, package) pairs for the nightly canary: each repro's `fixed` variant against the
+    newest release of each package the bug is about (matrix package axes, bisect package)."""
+    plan = []
+    for name in spec.discover(root):
+        try:
+            repro = spec.load(root, name)
+        except ReproboxError:
+            continue  # a broken repro.toml fails the regular CI, not the canary
+        if "fixed" not in repro.spec.variants:
+            continue
+        packages = list(repro.spec.matrix.packages) if repro.spec.matrix else []
+        if repro.spec.bisect is not None:
+            packages.append(repro.spec.bisect.package)
+        for package in dict.fromkeys(packages):
+            plan.append({"repro": name, "package": package})
+    return plan

@@ -1,0 +1,162 @@
+"""The report's pictures: a headline metric per cell, and each result's series per step.
+
+The series plot is the picture a reporter otherwise takes from W&B (e.g. KL per PPO step,
+broken vs fixed, one line per rank). matplotlib with the Agg backend: no display needed, and
+the same bytes on a laptop and a CI runner.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
+
+from .results import Record
+
+_RANK = re.compile(r"^(?P<family>.+?)[_-]?rank(?P<rank>\d+)$")
+_LINESTYLES = ["-", "--", ":", "-."]
+_VERDICT_HATCH = {"reproduced": "//", "clean": "", "cannot_test": "..", None: "xx"}
+MAX_SERIES_FIGURES = 12
+
+
+def point_label(record: Record, platforms: int = 1) -> str:
+    """Where in the matrix a record sits: `default`, or `transformers=5.24.0, model=t5`."""
+    axes = [*record.packages.items(), *record.params.items()]
+    label = ", ".join(f"{k}={v}" for k, v in axes) or "default"
+    return f"{label} [{record.platform}]" if platforms > 1 else label
+
+
+def _finite(values: Sequence[object]) -> list[float]:
+    return [float(v) if isinstance(v, int | float) else math.nan for v in values]
+
+
+def metric_bars(
+    records: Sequence[Record],
+    metric: str,
+    path: Path,
+    variants: Sequence[str],
+    text: Callable[[str], str] = str,
+) -> Path | None:
+    """Grouped bars: one group per matrix point, one bar per variant; hatched = reproduced."""
+    have = [r for r in records if isinstance(r.metrics.get(metric), int | float)]
+    if not have:
+        return None
+    platforms = len({r.platform for r in records})
+    points = list(dict.fromkeys(point_label(r, platforms) for r in have))
+    shown = [v for v in variants if any(r.variant == v for r in have)]
+    shown += sorted({r.variant for r in have} - set(shown))
+    width = min(0.8 / max(len(shown), 1), 0.3)
+    wide = 0.9 * len(points) * max(len(shown), 1) ** 0.5
+    fig, ax = plt.subplots(figsize=(min(max(6.0, wide), 14.0), 4.8))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, variant in enumerate(shown):
+        xs, ys, hatches = [], [], []
+        for j, point in enumerate(points):
+            match = [r for r in have if r.variant == variant and point_label(r, platforms) == point]
+            if match:
+                xs.append(j + (i - (len(shown) - 1) / 2) * width)
+                ys.append(float(match[0].metrics[metric]))
+                hatches.append(_VERDICT_HATCH.get(match[0].verdict, ""))
+        bars = ax.bar(xs, ys, width, label=text(variant), color=colours[i % len(colours)])
+        for bar, hatch, y in zip(bars, hatches, ys, strict=True):
+            bar.set_hatch(hatch)
+            ax.annotate(
+                f"{y:.3g}",
+                (bar.get_x() + bar.get_width() / 2, y),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+    values = [float(r.metrics[metric]) for r in have]
+    if min(values) > 0 and max(values) / min(values) > 50:
+        ax.set_yscale("log")
+    ax.set_xticks(range(len(points)), [text(p) for p in points], rotation=30, ha="right")
+    ax.set_xlim(-0.7, len(points) - 0.3)  # one point: bars of a sensible width, not the frame
+    ax.set_ylabel(text(metric))
+    ax.set_title(f"{text(metric)} per cell (hatched: reproduced)")
+    ax.legend(title="variant", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def series_families(series: dict[str, object]) -> dict[str, dict[str, list[float]]]:
+    """`{"kl_rank0": [...], "kl_rank1": [...]}` -> `{"kl": {"rank0": [...], "rank1": [...]}}`;
+    a series without a rank suffix is its own family."""
+    families: dict[str, dict[str, list[float]]] = {}
+    for name, values in series.items():
+        if not isinstance(values, list) or not values:
+            continue
+        match = _RANK.match(name)
+        family, line = (match["family"], f"rank{match['rank']}") if match else (name, "")
+        families.setdefault(family, {})[line] = _finite(values)
+    return families
+
+
+def series_plots(
+    records: Sequence[Record],
+    out_dir: Path,
+    variants: Sequence[str],
+    text: Callable[[str], str] = str,
+) -> list[tuple[str, Path]]:
+    """One figure per matrix point holding series: a panel per family (e.g. KL), a colour per
+    variant, a line style per rank. Returns (caption, path) pairs."""
+    platforms = len({r.platform for r in records})
+    by_point: dict[str, list[Record]] = {}
+    for record in records:
+        if isinstance(record.result.get("series"), dict) and record.result["series"]:
+            by_point.setdefault(point_label(record, platforms), []).append(record)
+    order = {v: i for i, v in enumerate(variants)}
+    made = []
+    for number, (point, members) in enumerate(by_point.items()):
+        if number >= MAX_SERIES_FIGURES:
+            break
+        members.sort(key=lambda r: order.get(r.variant, len(order)))
+        per_record = [(r, series_families(r.result["series"])) for r in members]
+        families = list(dict.fromkeys(f for _, fams in per_record for f in fams))
+        if not families:
+            continue
+        fig, axes = plt.subplots(
+            len(families), 1, figsize=(7.5, 3.2 * len(families)), squeeze=False, sharex=True
+        )
+        colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        for ax, family in zip(axes[:, 0], families, strict=True):
+            for i, (record, fams) in enumerate(per_record):
+                for k, (line, values) in enumerate(sorted(fams.get(family, {}).items())):
+                    name = f"{record.variant} {line}".strip()
+                    ax.plot(
+                        range(len(values)),
+                        values,
+                        marker="o",
+                        markersize=3,
+                        linestyle=_LINESTYLES[k % len(_LINESTYLES)],
+                        color=colours[i % len(colours)],
+                        label=text(f"{name} ({record.verdict or 'error'})"),
+                    )
+            ax.axhline(0.0, color="grey", linewidth=0.6)
+            ax.set_ylabel(text(family))
+            ax.set_title(text(f"{family} per step - {point}"))
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, ncol=2)
+        axes[-1, 0].set_xlabel("step")
+        axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
+        slug = re.sub(r"[^A-Za-z0-9._=-]+", "_", point)[:80]
+        path = _save(fig, out_dir / f"series_{number:02d}_{slug}.png")
+        made.append((text(f"{', '.join(families)} per step - {point}"), path))
+    return made
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    # No timestamps in the PNG metadata: the same results give the same bytes.
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return path

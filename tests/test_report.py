@@ -1,0 +1,458 @@
+"""The report: built from fake records on disk (no repro runs), for a repro the harness only
+knows from its repro.toml; bad input gives one clear error and never costs data on disk."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from reprobox import plots, report, report_cli
+from reprobox.errors import BadInput
+from reprobox.results import Record, new_run_dir, results_dir
+
+FAKE_TOML = """\
+[repro]
+title = "Fake PPO: nonzero KL at step 0"
+upstream = "https://example.invalid/issues/1"
+script = "ppo.py"
+
+[launch]
+launcher = "accelerate"
+processes = 2
+timeout = 60
+config = "zero.yaml"
+env = { OMP_NUM_THREADS = "1" }
+
+[env]
+pins = ["torch==2.13.0", "trl==0.7.1"]
+
+[verdict]
+reproduced_if = [{ metric = "max_abs_kl_step0", above = 0.0 }]
+
+[variants.broken]
+expect = "reproduced"
+description = "the old release"
+
+[variants.fixed]
+expect = "clean"
+description = "the release with the fix"
+pins = ["trl==0.7.2"]
+
+[matrix]
+variants = ["broken", "fixed"]
+packages = { trl = ["0.7.1", "0.7.2"] }
+expect = [{ when = { trl = ">=0.7.2" }, variant = "broken", expect = "clean" }]
+
+[bisect]
+package = "trl"
+variant = "broken"
+good = "0.7.2"
+bad = "0.7.1"
+
+[platforms.gpu]
+pins = ["torch==2.13.0"]
+"""
+
+
+def fake_repro(root: Path, name: str = "ppo") -> Path:
+    """A repro directory with a series-writing script, as `kl` will be."""
+    directory = root / "repros" / name
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "repro.toml").write_text(FAKE_TOML)
+    (directory / "ppo.py").write_text('"""The fake PPO step."""\nprint("kl")\n')
+    (directory / "zero.yaml").write_text("distributed_type: DEEPSPEED\n")
+    return directory
+
+
+def save_record(
+    root: Path,
+    variant: str,
+    verdict: str | None,
+    *,
+    repro: str = "ppo",
+    expect: str | None = None,
+    packages: dict[str, str] | None = None,
+    kl: float = 0.0,
+    series: dict[str, list[float]] | None = None,
+    command: list[str] | None = None,
+    started: str = "2026-11-30T00:00:00Z",
+    reason: str = "",
+    folder: str | None = None,
+) -> Record:
+    """A record as the harness writes it, in a fresh run directory."""
+    packages = packages or {}
+    label = variant + (f"[{','.join(f'{k}={v}' for k, v in packages.items())}]" if packages else "")
+    slug = folder or label.replace("[", "@").rstrip("]")
+    run_dir = new_run_dir(root, repro, slug)
+    expect = expect or {"broken": "reproduced"}.get(variant, "clean")
+    status = "error" if verdict is None else ("match" if verdict == expect else "mismatch")
+    metrics = {"max_abs_kl_step0": kl, "max_abs_logp_diff": kl / 2, "steps": 3.0}
+    result = {
+        "schema": 1,
+        "variant": variant,
+        "verdict": verdict,
+        "metrics": metrics,
+        "series": series or {},
+        "versions": {"torch": "2.13.0+cpu", "trl": packages.get("trl", "0.7.1")},
+        "device": "cpu",
+        "backend": "gloo",
+        "world_size": 2,
+        "seed": 0,
+        "python": "3.11.7",
+    }
+    record = Record(
+        repro=repro,
+        variant=variant,
+        label=label,
+        packages=packages,
+        params={},
+        expect=expect,
+        also_ok=[],
+        status=status,
+        verdict=verdict,
+        reason=reason,
+        exit_code=4 if verdict is None else 0,
+        metrics=metrics if verdict else {},
+        result=result if verdict else {},
+        command=command
+        or [
+            str(root / "envs" / "abc" / "bin" / "accelerate"),
+            "launch",
+            "--config_file",
+            str(root / "repros" / repro / "zero.yaml"),
+            "--num_processes",
+            "2",
+            str(root / "repros" / repro / "ppo.py"),
+            "--variant",
+            variant,
+        ],
+        wall_s=3.5,
+        started_at=started,
+        dir=str(run_dir),
+    )
+    record.save()
+    (run_dir / "launch.log").write_text("$ accelerate launch ppo.py\nstep 0 kl=0.1\n")
+    return record
+
+
+KL_BROKEN = {"kl_rank0": [0.12, 0.3, 0.5], "kl_rank1": [-0.1, 0.2, 0.45]}
+KL_FIXED = {"kl_rank0": [0.0, 0.01, 0.05], "kl_rank1": [0.0, 0.02, 0.04]}
+
+
+@pytest.fixture
+def ppo_root(scratch_root: Path) -> Path:
+    """A checkout with the fake repro and its default and matrix records on disk."""
+    fake_repro(scratch_root)
+    save_record(scratch_root, "broken", "reproduced", kl=0.12, series=KL_BROKEN)
+    save_record(scratch_root, "fixed", "clean", kl=0.0, series=KL_FIXED)
+    for trl in ("0.7.1", "0.7.2"):
+        broken_kl = 0.12 if trl == "0.7.1" else 0.0
+        broken_verdict = "reproduced" if trl == "0.7.1" else "clean"
+        save_record(
+            scratch_root,
+            "broken",
+            broken_verdict,
+            packages={"trl": trl},
+            expect=broken_verdict,
+            kl=broken_kl,
+        )
+        save_record(scratch_root, "fixed", "clean", packages={"trl": trl}, kl=0.0)
+    return scratch_root
+
+
+def _bisect_summary(root: Path) -> None:
+    folder = results_dir(root) / "ppo" / "_bisect" / "20261130T000000-abc"
+    folder.mkdir(parents=True)
+    summary = {
+        "result": "trl 0.7.2 is the first release where broken is clean.",
+        "status": "found",
+        "package": "trl",
+        "good": "0.7.2",
+        "bad": "0.4.7",
+        "first": "0.7.2",
+        "candidates": ["0.7.2"],
+        "probes": [
+            {"version": "0.4.7", "verdict": "reproduced", "wall_s": 20.0},
+            {"version": "0.7.1", "verdict": "reproduced", "wall_s": 21.5},
+            {"version": "0.7.2", "verdict": "clean", "wall_s": 19.0},
+        ],
+    }
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def _tree_digest(path: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }
+
+
+NO_ENV = report.ReportOptions(collect_env=False)
+
+
+def test_report_from_records_on_disk(ppo_root: Path) -> None:
+    _bisect_summary(ppo_root)
+    before = _tree_digest(results_dir(ppo_root) / "ppo")
+    made = report.write_report(ppo_root, "ppo", NO_ENV)
+
+    assert made.dir == results_dir(ppo_root) / "ppo" / "_report"
+    md = made.markdown.read_text()
+    # summary table: variants across, matrix points down, verdict vs expectation
+    assert "| cell | broken | fixed |" in md
+    assert "| default | ✅ reproduced | ✅ clean |" in md
+    assert "| trl=0.7.2 | ✅ clean | ✅ clean |" in md
+    # key metrics: the rule's metric, then a headline one that separates the verdicts
+    assert "max_abs_kl_step0" in md and "max_abs_logp_diff" in md
+    assert "| steps |" not in md  # a constant metric is no headline
+    # bisect
+    assert "**trl 0.7.2 is the first release where broken is clean.**" in md
+    assert "| found | trl | 0.7.2 | 0.4.7 | 0.7.2 | 0.7.2 |" in md
+    # commands: nox, reprobox run, the recorded launcher command (portable), the image
+    assert 'nox -s "repro_ppo(default)"' in md
+    assert "reprobox run ppo --variant broken" in md
+    assert "nox -s \"repro_ppo(variant='broken', trl='0.7.1')\"" in md
+    assert "reprobox run ppo --variant broken --with=trl==0.7.1" in md
+    assert (
+        "REPRO_RESULT=result.json PYTHONPATH=fixes OMP_NUM_THREADS=1 accelerate launch "
+        "--config_file repros/ppo/zero.yaml --num_processes 2 repros/ppo/ppo.py --variant broken"
+    ) in md
+    assert "nox -s image -- ppo --variant broken --run" in md
+    # environment and code in <details>
+    assert "<details><summary>Package versions the runs imported</summary>" in md
+    assert "| trl | 0.7.2 |" in md
+    assert "<details><summary><code>repros/ppo/ppo.py</code></summary>" in md
+    assert '"""The fake PPO step."""' in md
+    # plots: a bar chart of the headline metric and the KL series, as relative links
+    names = sorted(p.name for p in made.plots)
+    assert names[:2] == ["metric_max_abs_kl_step0.png", "metric_max_abs_logp_diff.png"]
+    assert names[2].startswith("series_00_default")
+    for path in made.plots:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({path.relative_to(made.dir).as_posix()})" in md
+    # results.json: the records merged
+    merged = json.loads(made.results.read_text())
+    assert merged["repro"] == "ppo" and len(merged["records"]) == 6
+    assert merged["bisect"][0]["status"] == "found"
+    # the comment: no images (gh cannot attach them), a footer naming the PNGs
+    comment = made.comment.read_text()
+    assert "![" not in comment
+    assert "cannot upload images" in comment and "`plots/metric_max_abs_kl_step0.png`" in comment
+    # the records themselves are untouched
+    after = _tree_digest(results_dir(ppo_root) / "ppo")
+    assert {k: v for k, v in after.items() if not k.startswith("_report")} == before
+
+
+def test_newest_record_per_cell_wins(ppo_root: Path) -> None:
+    save_record(ppo_root, "fixed", "reproduced", kl=0.3, started="2026-12-01T00:00:00Z")
+    # the same cell under an older slug spelling, older: ignored
+    save_record(ppo_root, "fixed", "clean", folder="fixed_old", started="2026-01-01T00:00:00Z")
+    loaded = report.load_records(ppo_root, "ppo")
+    fixed = [r for r in loaded.records if r.label == "fixed"]
+    assert len(fixed) == 1 and fixed[0].verdict == "reproduced"
+    md = report.write_report(ppo_root, "ppo", NO_ENV).markdown.read_text()
+    assert "❌ reproduced (expected clean)" in md
+    assert "1 of 6 cells did not give the expected verdict" in md
+    assert "## Problems" in md and "step 0 kl=0.1" in md  # the log tail of the mismatch
+
+
+def test_no_results_is_a_clear_error(scratch_root: Path) -> None:
+    fake_repro(scratch_root)
+    with pytest.raises(report.ReportError, match=r"no results for ppo under .*reprobox run ppo"):
+        report.write_report(scratch_root, "ppo", NO_ENV)
+    assert not (results_dir(scratch_root) / "ppo").exists()
+
+
+def test_unknown_repro_is_bad_input(scratch_root: Path) -> None:
+    with pytest.raises(BadInput, match="unknown repro 'nope'"):
+        report.write_report(scratch_root, "nope", NO_ENV)
+
+
+def test_record_of_another_repro_is_refused(ppo_root: Path) -> None:
+    stray = save_record(ppo_root, "broken", "reproduced", folder="stray")
+    data = json.loads((Path(stray.dir) / "record.json").read_text())
+    data["repro"] = "lm_head"
+    (Path(stray.dir) / "record.json").write_text(json.dumps(data))
+    with pytest.raises(report.ReportError, match=r"record of repro 'lm_head', not 'ppo'"):
+        report.write_report(ppo_root, "ppo", NO_ENV)
+    assert not (results_dir(ppo_root) / "ppo" / "_report").exists()
+
+
+def test_half_written_record_falls_back_to_the_older_run(ppo_root: Path) -> None:
+    newer = save_record(ppo_root, "broken", "clean", started="2026-12-01T00:00:00Z")
+    path = Path(newer.dir) / "record.json"
+    path.write_text(path.read_text()[:40])  # cut mid-write
+    made = report.write_report(ppo_root, "ppo", NO_ENV)
+    assert any("half-written" in s and str(path) in s for s in made.skipped)
+    md = made.markdown.read_text()
+    assert "| default | ✅ reproduced | ✅ clean |" in md  # the older, complete record
+    assert "skipped" in md and "half-written" in md
+    assert path.read_text()  # nothing on disk was repaired or removed
+
+
+def test_only_half_written_records_is_a_clear_error(scratch_root: Path) -> None:
+    fake_repro(scratch_root)
+    record = save_record(scratch_root, "broken", "reproduced")
+    (Path(record.dir) / "record.json").write_text('{"schema": 1, "repro": ')
+    with pytest.raises(report.ReportError, match=r"no usable records for ppo .*1 unreadable"):
+        report.write_report(scratch_root, "ppo", NO_ENV)
+
+
+def test_a_previous_report_is_replaced_a_foreign_folder_refused(ppo_root: Path) -> None:
+    first = report.write_report(ppo_root, "ppo", NO_ENV)
+    (first.dir / "stale.txt").write_text("from the previous report")
+    second = report.write_report(ppo_root, "ppo", NO_ENV)
+    assert second.dir == first.dir and not (second.dir / "stale.txt").exists()
+
+    mine = ppo_root / "notes"
+    mine.mkdir()
+    (mine / "keep.md").write_text("my notes")
+    with pytest.raises(report.ReportError, match="is not a reprobox report"):
+        report.write_report(ppo_root, "ppo", report.ReportOptions(out=mine, collect_env=False))
+    assert (mine / "keep.md").read_text() == "my notes" and len(list(mine.iterdir())) == 1
+
+
+def test_a_failing_build_leaves_the_previous_report(
+    ppo_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = report.write_report(ppo_root, "ppo", NO_ENV)
+    before = _tree_digest(first.dir)
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("plotting failed")
+
+    monkeypatch.setattr(plots, "metric_bars", boom)
+    with pytest.raises(RuntimeError):
+        report.write_report(ppo_root, "ppo", NO_ENV)
+    assert _tree_digest(first.dir) == before
+    leftovers = [p.name for p in first.dir.parent.iterdir() if p.name.startswith(("_tmp", "_old"))]
+    assert leftovers == []
+
+
+def test_collect_env_runs_in_the_recorded_environment(ppo_root: Path) -> None:
+    """The interpreter is found beside the launcher that record.command names."""
+    bin_dir = ppo_root / "envs" / "abc" / "bin"
+    bin_dir.mkdir(parents=True)
+    python = bin_dir / "python"
+    python.write_text('#!/bin/sh\necho "PyTorch version: 9.9.9 from $2"\n')
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    made = report.write_report(ppo_root, "ppo")
+    md = made.markdown.read_text()
+    assert "PyTorch version: 9.9.9 from torch.utils.collect_env" in md
+    assert "(all cells)" in md  # one environment, one block
+
+
+def test_key_metrics_prefer_separating_ones(ppo_root: Path) -> None:
+    records = report.load_records(ppo_root, "ppo").records
+    rules = ["max_abs_kl_step0"]
+    metrics = report.key_metrics(records, rules)
+    assert metrics == ["max_abs_kl_step0", "max_abs_logp_diff"]
+    assert report.charted_metrics(metrics, rules) == metrics
+
+
+def test_series_families_group_ranks() -> None:
+    families = plots.series_families({"kl_rank0": [1, 2], "kl_rank1": [3], "loss": [0.5], "x": []})
+    assert families == {"kl": {"rank0": [1.0, 2.0], "rank1": [3.0]}, "loss": {"": [0.5]}}
+
+
+def test_comment_fits_github_limit() -> None:
+    big = "x" * 70_000
+    sections = [
+        report._Section("# title"),
+        report._Section(big, drop=2, stub="*omitted*"),
+        report._Section("tail"),
+    ]
+    text = report.comment_text(sections, ["plots/metric.png"], "the artifacts")
+    assert len(text) <= 65_536 and "*omitted*" in text and "tail" in text
+
+
+# ---- the command (handlers called directly, as cli.py would)
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="reprobox")
+    report_cli.register(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def test_report_command_prints_plain_lines_under_ci(
+    ppo_root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CI", "true")
+    args = _parse("report", "ppo", "--no-env")
+    assert args.handler(args) == 0
+    err = capsys.readouterr().err
+    assert "report ppo: 6 cells, 0 bisect(s)" in err
+    assert "report: " in err and "report.md (6 cells, 3 plots)" in err
+    assert "\x1b[" not in err  # no terminal control codes in a CI log
+
+
+def _fake_gh(tmp_path: Path, auth_ok: bool = True, comment_ok: bool = True) -> Path:
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    gh = bin_dir / "gh"
+    log = tmp_path / "gh.log"
+    gh.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {log}\n'
+        f'if [ "$1" = auth ]; then exit {0 if auth_ok else 1}; fi\n'
+        + (
+            'echo "https://example.invalid/o/r/issues/5#issuecomment-1"\n'
+            if comment_ok
+            else 'echo "HTTP 403: Resource not accessible" >&2; exit 1\n'
+        )
+    )
+    gh.chmod(0o755)
+    return bin_dir
+
+
+def test_post_with_gh(ppo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"{_fake_gh(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    args = _parse("report", "ppo", "--no-env", "--post", "o/r#5")
+    assert args.handler(args) == 0
+    calls = (tmp_path / "gh.log").read_text().splitlines()
+    comment = results_dir(ppo_root) / "ppo" / "_report" / "comment.md"
+    assert calls == ["auth status", f"issue comment 5 --repo o/r --body-file {comment}"]
+
+
+def test_post_without_gh_names_the_command(
+    ppo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    args = _parse("report", "ppo", "--no-env", "--post", "o/r#5")
+    with pytest.raises(BadInput, match=r"gh .* not installed; to post, run: gh issue comment 5"):
+        args.handler(args)
+    assert (results_dir(ppo_root) / "ppo" / "_report" / "report.md").is_file()
+
+
+@pytest.mark.parametrize(
+    ("auth_ok", "comment_ok", "message"),
+    [(False, True, "gh is not logged in"), (True, False, "HTTP 403: Resource not accessible")],
+)
+def test_post_failures_are_one_line(
+    ppo_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    auth_ok: bool,
+    comment_ok: bool,
+    message: str,
+) -> None:
+    bin_dir = _fake_gh(tmp_path, auth_ok, comment_ok)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    args = _parse("report", "ppo", "--no-env", "--post", "o/r#5")
+    with pytest.raises(BadInput, match=message) as caught:
+        args.handler(args)
+    assert "\n" not in str(caught.value)
+
+
+def test_bad_post_target_fails_before_any_work(ppo_root: Path) -> None:
+    args = _parse("report", "ppo", "--post", "not-a-target")
+    with pytest.raises(BadInput, match="expected OWNER/REPO#NUMBER"):
+        args.handler(args)
+    assert not (results_dir(ppo_root) / "ppo" / "_report").exists()

@@ -1,0 +1,129 @@
+"""No secret reaches a report: planted in the environment, in a recorded command, in a log, in
+a result, in collect_env's output; home directories become `~`."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+from test_report import fake_repro, save_record
+
+from reprobox import report
+from reprobox.results import results_dir
+from reprobox.scrub import REDACTED, Scrubber, looks_secret
+
+HF = "hf_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7"
+GHP = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"
+PAT = "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz"
+SK = "sk-" + "proj-Abcdefghijklmnopqrstuvwx0123"
+AWS = "AKIA" + "ABCDEFGHIJKLMNOP"
+ENV_SECRET = "plain-env-secret-7731"
+FLAG_SECRET = "flag-secret-value-4242"
+URL_PASSWORD = "urlpass9911"
+BEARER = "eyJhbGciOiJIUzI1NiJ9.payload.sig123"
+USER = "alice"
+
+
+@pytest.mark.parametrize(
+    "name", ["HF_TOKEN", "GITHUB_TOKEN", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD",
+             "PYPI_PASS", "MY_CREDENTIALS", "GH_AUTH", "SSH_PRIVATE_KEY"],
+)  # fmt: skip
+def test_secret_names(name: str) -> None:
+    assert looks_secret(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["TOKENIZERS_PARALLELISM", "MAX_NEW_TOKENS", "PATH", "HOME", "PWD", "KEYBOARD",
+             "PASSTHROUGH", "AUTHOR", "MONKEY"],
+)  # fmt: skip
+def test_harmless_names(name: str) -> None:
+    assert not looks_secret(name)
+
+
+def test_scrubber_shapes_and_paths() -> None:
+    scrub = Scrubber({"HF_TOKEN": HF, "MY_PASS": "hunter22", "TOKENIZERS_PARALLELISM": "false"},
+                     home=f"/home/{USER}")  # fmt: skip
+    text = scrub.text(
+        f"token {HF} and {GHP} {PAT} {SK} {AWS}; curl -H 'Authorization: Bearer {BEARER}' "
+        f"https://bob:{URL_PASSWORD}@example.invalid/x.git password=hunter22 "
+        f"/home/{USER}/proj /root/.cache /home/bob/x /opt/root/keep "
+        "TOKENIZERS_PARALLELISM=false max_new_tokens=20 the token embeddings"
+    )
+    for secret in (HF, GHP, PAT, SK, AWS, BEARER, URL_PASSWORD, "hunter22", USER, "/root/.cache"):
+        assert secret not in text
+    assert "~/proj ~/.cache ~/x /opt/root/keep" in text
+    # what is not secret stays readable, code included
+    assert "TOKENIZERS_PARALLELISM=false max_new_tokens=20 the token embeddings" in text
+    code = (
+        "tokenizer.pad_token = tokenizer.eos_token\n"
+        "key = hashlib.sha256(json.dumps(recipe).encode()).hexdigest()[:12]\n"
+        "kwargs = dict(pad_token_id=tokenizer.eos_token_id, use_auth_token=True)\n"
+        "api_key = os.environ['WANDB_API_KEY']\n"
+    )
+    assert scrub.text(code) == code
+    assert scrub.argv(["run", "--hf-token", "plainvalue", "--model", "gpt2"]) == [
+        "run", "--hf-token", REDACTED, "--model", "gpt2",
+    ]  # fmt: skip
+
+
+def test_no_planted_secret_survives_a_report(
+    scratch_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MY_SERVICE_TOKEN", ENV_SECRET)
+    monkeypatch.setenv("HF_TOKEN", HF)
+    home = scratch_root.parent / "home" / USER
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    fake_repro(scratch_root)
+    # an interpreter beside the recorded launcher whose collect_env output leaks too
+    bin_dir = home / "envs" / "abc" / "bin"
+    bin_dir.mkdir(parents=True)
+    python = bin_dir / "python"
+    python.write_text(f'#!/bin/sh\necho "PyTorch version: 2.13.0 token={GHP} at {home}/x"\n')
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    command = [
+        str(bin_dir / "accelerate"),
+        "launch",
+        "--hf_token",
+        FLAG_SECRET,
+        f"--hub-url=https://user:{URL_PASSWORD}@hub.example.invalid",
+        str(scratch_root / "repros" / "ppo" / "ppo.py"),
+        "--variant",
+        "broken",
+        "--api-key",
+        SK,
+    ]
+    broken = save_record(
+        scratch_root,
+        "broken",
+        "reproduced",
+        kl=0.1,
+        command=command,
+        reason=f"loaded with {ENV_SECRET}",
+        series={f"kl_rank0_{AWS}": [0.1, 0.2]},
+    )
+    failed = save_record(
+        scratch_root, "fixed", None, command=command, reason=f"crash; Bearer {BEARER}"
+    )
+    (Path(failed.dir) / "launch.log").write_text(
+        f"Traceback at /root/.cache/x.py and /home/{USER}/y.py\n"
+        f"requests: Authorization: Bearer {BEARER}\nHF_TOKEN={HF}\n{PAT}\n"
+    )
+    assert broken.dir
+    made = report.write_report(scratch_root, "ppo")
+
+    planted = [HF, GHP, PAT, SK, AWS, ENV_SECRET, FLAG_SECRET, URL_PASSWORD, BEARER, str(home)]
+    written = [p for p in made.dir.rglob("*") if p.is_file()]
+    assert {p.name for p in written} >= {"report.md", "comment.md", "results.json"}
+    for path in written:
+        data = path.read_bytes()
+        for secret in planted:
+            assert secret.encode() not in data, f"{secret} leaked into {path.name}"
+    md = made.markdown.read_text()
+    assert "/root/" not in md and f"/home/{USER}" not in md
+    assert REDACTED in md and "~/" in md
+    assert "PyTorch version: 2.13.0" in md  # collect_env ran, scrubbed, and is there
+    # the records on disk are the harness's, untouched by scrubbing
+    assert FLAG_SECRET in (Path(broken.dir) / "record.json").read_text()
+    assert results_dir(scratch_root).is_dir()
