@@ -92,3 +92,9 @@ def report(session: nox.Session) -> None:
 def k8s(session: nox.Session) -> None:
     """A Kubernetes Indexed Job, one pod per cell: -- REPRO --image-prefix REGISTRY/PATH."""
     session.run(*HARNESS, "k8s", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
+def image(session: nox.Session) -> None:
+    """A variant's pinned image: -- REPRO --variant V [--platform cpu|gpu] [--run] [--base I]."""
+    session.run(*HARNESS, "image", *session.posargs, external=True)

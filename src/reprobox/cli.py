@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -87,6 +89,20 @@ def _parser() -> argparse.ArgumentParser:
     bisect.add_argument("--platform", default="cpu", choices=["cpu", "gpu"])
     bisect.add_argument("--timeout", type=float, help="seconds per probe")
     bisect.set_defaults(handler=cmd_bisect)
+
+    image = commands.add_parser("image", help="build a variant's pinned image (and --run it)")
+    image.add_argument("repro")
+    _cell_arguments(image)
+    image.add_argument("--run", action="store_true", help="run the variant in the image")
+    image.add_argument("--base", help="base image (e.g. a local stand-in for python:3.11-slim)")
+    image.add_argument(
+        "--ca-bundle",
+        type=Path,
+        default=os.environ.get("REPROBOX_CA_BUNDLE") or None,
+        help="extra CA bundle for the build (TLS-intercepting proxies; env REPROBOX_CA_BUNDLE)",
+    )
+    image.add_argument("--engine", choices=["podman", "docker"], help="default: whichever works")
+    image.set_defaults(handler=cmd_image)
 
     lock = commands.add_parser("lock", help="regenerate (or --check) the committed locks")
     lock.add_argument("repros", nargs="*")
@@ -251,6 +267,36 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             )
     ui.bisect_summary(summary)
     return int(ExitCode.FAILED if summary["status"] == "flaky" else ExitCode.OK)
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    from . import images
+
+    root = _root()
+    repro = spec.load(root, args.repro)
+    cells = _cells(repro, args)
+    engine = images.find_engine(args.engine)
+    ca_bundle = Path(args.ca_bundle) if args.ca_bundle else None
+    records = []
+    with ui.CellProgress(repro.name, len(cells)) as progress:
+        for cell in cells:
+            image = images.image_spec(root, repro, cell.variant, args.platform, dict(cell.packages))
+            logs = results_dir(root) / repro.name / "_images" / image.tag.rsplit(":", 1)[-1]
+            started = time.monotonic()
+            built = images.build(engine, image, base=args.base, ca_bundle=ca_bundle, log_dir=logs)
+            state = f"built in {time.monotonic() - started:.0f}s" if built else "already built"
+            ui.info(f"image {image.tag}: {state} ({engine.name})")
+            if args.run:
+                progress.start([cell])
+                record = images.run_cell(
+                    root, engine, image, cell, _options(args), gpus=args.platform == "gpu"
+                )
+                progress.done(record)
+                records.append(record)
+    if not records:
+        return 0
+    ui.verdict_table(records, repro.spec.verdict.reproduced_if)
+    return _conclude(records)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -135,7 +135,7 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
         wall_s=time.monotonic() - started,
         timed_out=timed_out,
         log=log,
-        rank_logs=_collect_rank_logs(plan),
+        rank_logs=collect_rank_logs(plan.log_dir),
         killed_orphans=orphans,
     )
 
@@ -261,15 +261,15 @@ def _combined_code(codes: list[int | None]) -> int | None:
     return (own or odd or codes)[0]
 
 
-def _collect_rank_logs(plan: LaunchPlan) -> list[Path]:
+def collect_rank_logs(log_dir: Path) -> list[Path]:
     """Per-rank logs as rank<N>.log in the launch's log dir, whatever the launcher wrote."""
-    tree = plan.log_dir / "torchrun"
+    tree = log_dir / "torchrun"
     if tree.is_dir():
         for rank_dir in sorted(tree.glob("*/attempt_*/*")):
             if rank_dir.is_dir() and rank_dir.name.isdigit():
-                with (plan.log_dir / f"rank{rank_dir.name}.log").open("wb") as out:
+                with (log_dir / f"rank{rank_dir.name}.log").open("wb") as out:
                     for stream in ("stdout.log", "stderr.log"):
                         if (rank_dir / stream).is_file():
                             out.write((rank_dir / stream).read_bytes())
         shutil.rmtree(tree, ignore_errors=True)
-    return sorted(plan.log_dir.glob("rank*.log"))
+    return sorted(log_dir.glob("rank*.log"))

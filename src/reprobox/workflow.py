@@ -120,7 +120,7 @@ def plan_launch(
 
 
 @dataclass
-class _Pending:
+class Pending:
     """A cell on its way through the pipeline: its record fills in as steps succeed."""
 
     cell: Cell
@@ -129,7 +129,7 @@ class _Pending:
     env: envs.Env | None = None
 
 
-def _new_record(root: Path, repro: Repro, cell: Cell, options: RunOptions) -> _Pending:
+def new_pending(root: Path, repro: Repro, cell: Cell, options: RunOptions) -> Pending:
     run_dir = new_run_dir(root, repro.name, cell.slug, options.results_base)
     record = Record(
         repro=repro.name,
@@ -145,11 +145,11 @@ def _new_record(root: Path, repro: Repro, cell: Cell, options: RunOptions) -> _P
         started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         dir=str(run_dir),
     )
-    return _Pending(cell, record, run_dir)
+    return Pending(cell, record, run_dir)
 
 
 @contextmanager
-def _recording(pending: list[_Pending]):
+def recording(pending: list[Pending]):
     """Turn a failure of this step into the records of these cells; save them on Ctrl-C."""
     try:
         yield
@@ -163,8 +163,8 @@ def _recording(pending: list[_Pending]):
         raise
 
 
-def _prepare_env(repro: Repro, item: _Pending, options: RunOptions) -> None:
-    with _recording([item]):
+def _prepare_env(repro: Repro, item: Pending, options: RunOptions) -> None:
+    with recording([item]):
         started = time.monotonic()
         lock = options.lock or lock_for(
             repro, item.cell.variant, options.platform, dict(item.cell.packages)
@@ -175,14 +175,14 @@ def _prepare_env(repro: Repro, item: _Pending, options: RunOptions) -> None:
         item.record.env_s = time.monotonic() - started
 
 
-def _launch_group(repro: Repro, group: list[_Pending], options: RunOptions) -> None:
+def _launch_group(repro: Repro, group: list[Pending], options: RunOptions) -> None:
     """One launch for the group: a single cell gets its arguments on the command line; a
     batch gets a plan file (see repros/README.md, "Batching")."""
     lead = group[0]
     assert lead.env is not None
     for item in group:
         item.record.command = plan_launch(repro, item.cell, lead.env, item.run_dir, options).argv()
-    with _recording(group):
+    with recording(group):
         if len(group) == 1:
             plan = plan_launch(repro, lead.cell, lead.env, lead.run_dir, options)
         else:
@@ -215,11 +215,11 @@ def _launch_group(repro: Repro, group: list[_Pending], options: RunOptions) -> N
             )
     for item in group:
         if item.record.exit_code == 0:
-            with _recording([item]):
-                _judge(repro, item, outcome, lead.run_dir)
+            with recording([item]):
+                judge_result(repro, item, outcome, lead.run_dir)
 
 
-def _judge(repro: Repro, item: _Pending, outcome: launch.LaunchOutcome, logs: Path) -> None:
+def judge_result(repro: Repro, item: Pending, outcome: launch.LaunchOutcome, logs: Path) -> None:
     try:
         result = read_result(item.run_dir / RESULT_FILE)
     except LaunchError as exc:
@@ -237,7 +237,7 @@ def _judge(repro: Repro, item: _Pending, outcome: launch.LaunchOutcome, logs: Pa
         record.exit_code = int(ExitCode.FAILED)
 
 
-def _launch_key(repro: Repro, item: _Pending) -> tuple:
+def _launch_key(repro: Repro, item: Pending) -> tuple:
     """Cells with equal keys can share one launch."""
     spec = repro.launch(item.cell.variant)
     env = item.env.path if item.env else None
@@ -251,10 +251,10 @@ def _launch_key(repro: Repro, item: _Pending) -> tuple:
     )
 
 
-def _groups(repro: Repro, pending: list[_Pending]) -> list[list[_Pending]]:
+def _groups(repro: Repro, pending: list[Pending]) -> list[list[Pending]]:
     if not repro.spec.launch.batch:
         return [[item] for item in pending]
-    groups: dict[tuple, list[_Pending]] = {}
+    groups: dict[tuple, list[Pending]] = {}
     for item in pending:
         groups.setdefault(_launch_key(repro, item), []).append(item)
     return list(groups.values())
@@ -277,7 +277,7 @@ def run_cells(
 
     Every cell that ran ends with a saved record; Ctrl-C keeps the records already written,
     marks the cells it interrupted, and leaves no directory for cells that never started."""
-    pending = [_new_record(root, repro, cell, options) for cell in cells]
+    pending = [new_pending(root, repro, cell, options) for cell in cells]
     records = []
     try:
         for item in pending:
@@ -297,7 +297,7 @@ def run_cells(
     return sorted(records, key=lambda r: order[id(r)])
 
 
-def _finish(group: list[_Pending], records: list[Record], on_record) -> None:
+def _finish(group: list[Pending], records: list[Record], on_record) -> None:
     for item in group:
         item.record.save()
         records.append(item.record)
