@@ -288,6 +288,9 @@ def _inspect_label(engine: Engine, tag: str, label: str) -> str:
 
 def _last_problem(log: Path) -> str:
     lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    ours = [line for line in lines if line.startswith("install-lock:")]  # the installer's word
+    if ours:
+        return ours[-1]
     for line in reversed(lines):
         if any(word in line.lower() for word in ("error", "failed", "mismatch", "not known")):
             return line[:300]
