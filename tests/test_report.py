@@ -178,9 +178,9 @@ def _bisect_summary(root: Path) -> None:
         "first": "0.7.2",
         "candidates": ["0.7.2"],
         "probes": [
-            {"version": "0.4.7", "verdict": "reproduced", "wall_s": 20.0},
-            {"version": "0.7.1", "verdict": "reproduced", "wall_s": 21.5},
-            {"version": "0.7.2", "verdict": "clean", "wall_s": 19.0},
+            {"item": "0.4.7", "verdict": "reproduced", "wall_s": 20.0},
+            {"item": "0.7.1", "verdict": "reproduced", "wall_s": 21.5},
+            {"item": "0.7.2", "verdict": "clean", "wall_s": 19.0},
         ],
     }
     (folder / "summary.json").write_text(json.dumps(summary))

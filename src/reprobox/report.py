@@ -418,9 +418,9 @@ class _Builder:
             )
             probes = summary.get("probes") or []
             probe_table = _table(
-                ["version", "verdict", "wall s"],
+                ["probe", "verdict", "wall s"],
                 [
-                    [p.get("version", ""), p.get("verdict") or "skip", _fmt(p.get("wall_s"))]
+                    [p.get("item", ""), p.get("verdict") or "skip", _fmt(p.get("wall_s"))]
                     for p in probes
                     if isinstance(p, dict)
                 ],
