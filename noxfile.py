@@ -98,3 +98,12 @@ def k8s(session: nox.Session) -> None:
 def image(session: nox.Session) -> None:
     """A variant's pinned image: -- REPRO --variant V [--platform cpu|gpu] [--run] [--base I]."""
     session.run(*HARNESS, "image", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
+def bench(session: nox.Session) -> None:
+    """Benchmarks that print their figures as JSON: -- lm_head | bisect | images | kl."""
+    if not session.posargs:
+        session.error("which benchmark? -- lm_head | bisect | images | kl")
+    name, *rest = session.posargs
+    session.run(sys.executable, f"tests/bench/bench_{name}.py", *rest, external=True)

@@ -16,7 +16,6 @@ from . import jobs, k8s, spec, ui
 from .errors import BadInput
 from .post import parse_target, post
 from .releases import SimpleIndex, select
-from .report import ReportOptions, write_report
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -80,6 +79,8 @@ def _progress() -> AbstractContextManager[Any]:
 
 def cmd_report(args: argparse.Namespace) -> int:
     root = spec.repo_root()
+    from .report import ReportOptions, write_report  # matplotlib: only when reporting
+
     options = ReportOptions(out=args.out, collect_env=not args.no_env)
     target = parse_target(args.post) if args.post else None  # bad input fails before any work
     with _progress() as status:

@@ -1,0 +1,55 @@
+"""lm_head: wall time of all default variants with warm environments, and the harness's
+overhead against running the same launcher command by hand.
+
+    .venv/bin/nox -s bench -- lm_head [--times 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from common import HARNESS, ROOT, emit, repeat, summarize, timed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--times", type=int, default=3)
+    times = parser.parse_args().times
+    results = Path(tempfile.mkdtemp(prefix="bench-lm_head-"))
+    env = {"REPROBOX_RESULTS": str(results)}
+    timed([*HARNESS, "run", "lm_head"], env=env)  # warm: environment, bytecode, page cache
+
+    default_variants = repeat([*HARNESS, "run", "lm_head"], times, env=env)
+
+    # The same launch by hand: the command the harness recorded, with the environment it set.
+    single = [*HARNESS, "run", "lm_head", "--variant", "broken"]
+    timed(single, env=env)
+    record = json.loads(next(results.glob("lm_head/broken/*/record.json")).read_text())
+    by_hand_env = {
+        "REPRO_RESULT": str(results / "by-hand.json"),
+        "PYTHONPATH": str(ROOT / "fixes"),
+        "OMP_NUM_THREADS": "1",
+    }
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # as the harness launches ranks
+    # Alternate the two, so drift in the machine's load hits both alike.
+    pairs = [
+        (timed(single, env=env), timed(record["command"], env=by_hand_env, cwd=results))
+        for _ in range(times)
+    ]
+    harness = summarize([h for h, _ in pairs])
+    by_hand = summarize([b for _, b in pairs])
+    overhead = harness["median_s"] / by_hand["median_s"] - 1
+    emit({
+        "all_default_variants_warm": default_variants,
+        "one_variant_via_harness": harness,
+        "one_variant_launcher_by_hand": by_hand,
+        "harness_overhead": f"{overhead:+.1%}",
+    })  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
