@@ -102,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         help="extra CA bundle for the build (TLS-intercepting proxies; env REPROBOX_CA_BUNDLE)",
     )
     image.add_argument("--engine", choices=["podman", "docker"], help="default: whichever works")
+    image.add_argument("--no-cache", action="store_true", help="rebuild every layer")
     image.set_defaults(handler=cmd_image)
 
     lock = commands.add_parser("lock", help="regenerate (or --check) the committed locks")
@@ -283,7 +284,14 @@ def cmd_image(args: argparse.Namespace) -> int:
             image = images.image_spec(root, repro, cell.variant, args.platform, dict(cell.packages))
             logs = results_dir(root) / repro.name / "_images" / image.tag.rsplit(":", 1)[-1]
             started = time.monotonic()
-            built = images.build(engine, image, base=args.base, ca_bundle=ca_bundle, log_dir=logs)
+            built = images.build(
+                engine,
+                image,
+                base=args.base,
+                ca_bundle=ca_bundle,
+                log_dir=logs,
+                no_cache=args.no_cache,
+            )
             state = f"built in {time.monotonic() - started:.0f}s" if built else "already built"
             ui.info(f"image {image.tag}: {state} ({engine.name})")
             if args.run:

@@ -126,10 +126,11 @@ def build(
     base: str | None = None,
     ca_bundle: Path | None = None,
     log_dir: Path,
+    no_cache: bool = False,
 ) -> bool:
     """Build the image unless it exists; True when built. The context holds only the lock,
     the wheels it names that no index serves, the repro, fixes/ and the installer."""
-    if engine.image_exists(spec.tag):
+    if engine.image_exists(spec.tag) and not no_cache:
         return False
     if base and base.startswith("localhost/") and not engine.image_exists(base):
         raise EnvError(f"base image {base} not found; build it with images/base/build-base.sh")
@@ -152,6 +153,8 @@ def build(
             cmd += ["--build-arg", f"{key}={value}"]
         if ca_bundle is not None:
             cmd += ["--secret", f"id=ca,src={ca_bundle}"]
+        if no_cache:
+            cmd.append("--no-cache")
         if engine.name == "podman" and base and base.startswith("localhost/"):
             cmd.append("--pull=never")  # else podman asks https://localhost/v2/ first
         cmd.append(str(context))
@@ -176,8 +179,8 @@ def build(
 
 def _context(directory: Path, spec: ImageSpec) -> Path:
     """Assemble the build context (see images/README.md)."""
-    shutil.copy(spec.lock, directory / "lock.txt")
-    shutil.copy(spec.dockerfile.parent.parent / "install-lock.sh", directory / "install-lock.sh")
+    shutil.copy2(spec.lock, directory / "lock.txt")  # mtimes kept: buildah caches by them
+    shutil.copy2(spec.dockerfile.parent.parent / "install-lock.sh", directory / "install-lock.sh")
     ignore = shutil.ignore_patterns("__pycache__", "locks")
     shutil.copytree(spec.repro.dir, directory / "repro", ignore=ignore)
     shutil.copytree(spec.repro.fixes_dir, directory / "fixes", ignore=ignore)

@@ -1,0 +1,67 @@
+"""Image figures: build time cold (no layer cache) and cached, image size, and a variant's
+run time in its container against the same variant in its venv.
+
+    .venv/bin/nox -s bench -- images [--repro lm_head --variant broken --times 3]
+      [--base localhost/reprobox-base:bookworm-py3.11]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import tempfile
+import time
+
+from common import HARNESS, ROOT, emit, summarize, timed
+
+from reprobox import images, spec
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repro", default="lm_head")
+    parser.add_argument("--variant", default="broken")
+    parser.add_argument("--sibling", default="fixed", help="a variant with the same lock")
+    parser.add_argument("--times", type=int, default=3)
+    parser.add_argument("--base", default="localhost/reprobox-base:bookworm-py3.11")
+    args = parser.parse_args()
+    env = {"REPROBOX_RESULTS": tempfile.mkdtemp(prefix="bench-images-")}
+    extra = ["--base", args.base]
+    if os.environ.get("SSL_CERT_FILE"):
+        extra += ["--ca-bundle", os.environ["SSL_CERT_FILE"]]
+    image_cmd = [*HARNESS, "image", args.repro, "--variant", args.variant, *extra]
+
+    cold = timed([*image_cmd, "--no-cache"], env=env)
+    engine = images.find_engine()
+    repro = spec.load(ROOT, args.repro)
+    tag = images.image_spec(ROOT, repro, args.variant, "cpu").tag
+    # With cache: the sibling variant shares the lock, so its install layer comes from cache.
+    sibling = [*HARNESS, "image", args.repro, "--variant", args.sibling, *extra]
+    subprocess.run([engine.name, "rmi", "-f", images.image_spec(ROOT, repro, args.sibling,
+                    "cpu").tag], capture_output=True)  # fmt: skip
+    cached = timed(sibling, env=env)
+    size = subprocess.run([engine.name, "image", "inspect", "--format", "{{.Size}}", tag],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+
+    run_in_image = [*image_cmd, "--run"]
+    run_in_venv = [*HARNESS, "run", args.repro, "--variant", args.variant]
+    timed(run_in_venv, env=env)
+    pairs = [(timed(run_in_image, env=env), timed(run_in_venv, env=env)) for _ in range(args.times)]
+    container, venv = summarize([c for c, _ in pairs]), summarize([v for _, v in pairs])
+    emit({
+        "engine": engine.name,
+        "image": tag,
+        "build_cold_s": round(cold, 1),
+        "build_cached_s": round(cached, 1),
+        "size_cpu_mb": round(int(size) / 1e6),
+        "size_gpu": "not built here: no CUDA base image can be pulled",
+        "run_in_container": container,
+        "run_in_venv": venv,
+        "container_over_venv": round(container["median_s"] / venv["median_s"], 2),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    })  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
