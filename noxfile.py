@@ -56,7 +56,7 @@ def verdicts(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def lock(session: nox.Session) -> None:
-    """Regenerate locks for every (repro, variant, platform) from repro.toml (uv, hashed)."""
+    """Regenerate from repro.toml: a hashed lock per (repro, variant, platform), Dockerfiles."""
     session.run(*HARNESS, "lock", *session.posargs, external=True)
 
 

@@ -105,7 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     image.add_argument("--no-cache", action="store_true", help="rebuild every layer")
     image.set_defaults(handler=cmd_image)
 
-    lock = commands.add_parser("lock", help="regenerate (or --check) the committed locks")
+    lock = commands.add_parser(
+        "lock", help="regenerate (or --check) the committed locks and Dockerfiles"
+    )
     lock.add_argument("repros", nargs="*")
     lock.add_argument("--check", action="store_true", help="fail if a lock is stale or missing")
     lock.set_defaults(handler=cmd_lock)
@@ -337,6 +339,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_lock(args: argparse.Namespace) -> int:
+    """Regenerate what repro.toml determines: the hashed locks and the image's Dockerfile."""
+    from .dockerfile import dockerfile_path, render
+
     root = _root()
     names = args.repros or spec.discover(root)
     problems = []
@@ -347,19 +352,26 @@ def cmd_lock(args: argparse.Namespace) -> int:
                 path = workflow.lock_path(repro, variant, platform)
                 request = workflow.lock_request(repro, variant, platform)
                 current = envs.lock_input_hash(path) == request.input_hash
-                shown = path.relative_to(root)
-                if args.check:
-                    if not current:
-                        problems.append(f"{shown} is {'stale' if path.exists() else 'missing'}")
-                    continue
-                if current:
-                    ui.info(f"{shown}: up to date")
-                    continue
-                envs.compile_lock(request, path)
-                ui.info(f"{shown}: written")
+                if args.check and not current:
+                    problems.append(f"{path.relative_to(root)} is {_staleness(path)}")
+                elif not args.check and not current:
+                    envs.compile_lock(request, path)
+                    ui.info(f"{path.relative_to(root)}: written")
+        path, text = dockerfile_path(root, repro), render(repro)
+        current = path.is_file() and path.read_text() == text
+        if args.check and not current:
+            problems.append(f"{path.relative_to(root)} is {_staleness(path)}")
+        elif not args.check and not current:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            ui.info(f"{path.relative_to(root)}: written")
     if problems:
-        raise BadInput(f"locks disagree with repro.toml: {'; '.join(problems)}; run `nox -s lock`")
+        raise BadInput(f"out of date with repro.toml: {'; '.join(problems)}; run `nox -s lock`")
     return 0
+
+
+def _staleness(path: Path) -> str:
+    return "stale" if path.exists() else "missing"
 
 
 def cmd_table(args: argparse.Namespace) -> int:

@@ -122,6 +122,15 @@ class PlatformSection(_Section):
     install_env: dict[str, str] = {}
 
 
+class ImageSection(_Section):
+    """Settings of the repro's generated Dockerfile (src/reprobox/dockerfile.py)."""
+
+    base: str = "python:3.11-slim"
+    # torch wheels bring their own CUDA libraries; a -devel base is for JIT-built ops.
+    gpu_base: str = "nvidia/cuda:12.4.1-base-ubuntu22.04"
+    system_packages: list[str] = []  # Debian/Ubuntu packages, in both targets
+
+
 class ReproFile(_Section):
     repro: ReproSection
     launch: LaunchSection
@@ -131,6 +140,7 @@ class ReproFile(_Section):
     matrix: MatrixSection | None = None
     bisect: BisectSection | None = None
     platforms: dict[str, PlatformSection] = {}
+    image: ImageSection = ImageSection()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,79 @@
+"""Render `images/<repro>/Dockerfile` from repro.toml, as the locks are rendered.
+
+Every repro's image is the same recipe with a few settings (bases, system packages), and
+Dockerfiles cannot include one another, so the file is generated and committed: readable and
+buildable by hand, yet one template to maintain. `nox -s lock` writes it; a test fails when
+a committed Dockerfile differs from what repro.toml renders.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .spec import Repro
+
+HEADER = """\
+# GENERATED from repros/{name}/repro.toml by `nox -s lock` - edit [image] there, or the template
+# in src/reprobox/dockerfile.py, not this file.
+#
+# Pinned image of the {name} repro: {title}
+# Build and run it with the harness, which assembles the build context (images/README.md):
+#   nox -s image -- {name} --variant {variant} [--platform gpu] --run
+# No "# syntax=" line: it would make BuildKit fetch a frontend from a registry.
+
+ARG BASE={base}
+ARG GPU_BASE={gpu_base}
+"""
+
+# Two targets, the same block each: buildah cannot pick a stage by a variable, and an empty
+# "os" stage would be committed anew on every build, defeating the layer cache.
+TARGET = """
+FROM ${{{base_arg}}} AS {target}
+{system}ARG LOCK_SHA256=unset
+COPY lock.txt install-lock.sh /opt/reprobox/
+RUN --mount=type=bind,source=wheels,target=/tmp/wheels \\
+    --mount=type=bind,source=tools,target=/tmp/tools \\
+    --mount=type=secret,id=ca,target=/run/secrets/ca \\
+    sh /opt/reprobox/install-lock.sh
+# Declared after the install so variants sharing a lock share its (large) layer.
+ARG REPRO={name} VARIANT={variant} REPRO_COMMAND=""
+COPY --chown=10001:10001 repro/ /opt/repro/
+COPY --chown=10001:10001 fixes/ /opt/fixes/
+ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/opt/fixes REPRO_RESULT=/out/result.json \\
+    HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 REPRO_COMMAND=${{REPRO_COMMAND}}
+LABEL org.reprobox.repro=${{REPRO}} org.reprobox.variant=${{VARIANT}} \\
+      org.reprobox.target={target} org.reprobox.lock-sha256=${{LOCK_SHA256}}
+USER 10001:10001
+WORKDIR /opt/repro
+CMD ["/bin/sh", "-c", "exec $REPRO_COMMAND"]
+"""
+
+APT = """\
+# The distro's packages are fixed by the base tag; the lock pins everything Python.
+# hadolint ignore=DL3008
+RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
+      {packages} \\
+ && rm -rf /var/lib/apt/lists/*
+"""
+
+
+def render(repro: Repro) -> str:
+    image = repro.spec.image
+    variant = (
+        repro.default_variants[0] if repro.default_variants else next(iter(repro.spec.variants))
+    )
+    fields = {"name": repro.name, "title": repro.spec.repro.title, "variant": variant}
+    text = HEADER.format(**fields, base=image.base, gpu_base=image.gpu_base)
+    cpu_packages = image.system_packages
+    # CUDA images carry no Python: add the distro's (3.10 on Ubuntu 22.04).
+    gpu_packages = ["python3", "python3-venv", "ca-certificates", *image.system_packages]
+    for target, base_arg, packages in (("cpu", "BASE", cpu_packages),
+                                       ("gpu", "GPU_BASE", gpu_packages)):  # fmt: skip
+        system = APT.format(packages=" ".join(dict.fromkeys(packages))) if packages else ""
+        text += TARGET.format(**fields, target=target, base_arg=base_arg, system=system)
+    return text
+
+
+def dockerfile_path(root: Path, repro: Repro) -> Path:
+    return root / "images" / repro.name / "Dockerfile"
