@@ -348,7 +348,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
     for name in names:
         repro = spec.load(root, name)
         for platform in dict.fromkeys(["cpu", *repro.spec.platforms]):
-            for variant in repro.spec.variants:
+            for variant in repro.variants_on(platform):
                 path = workflow.lock_path(repro, variant, platform)
                 request = workflow.lock_request(repro, variant, platform)
                 current = envs.lock_input_hash(path) == request.input_hash

@@ -103,6 +103,8 @@ def image_spec(
     dockerfile = root / "images" / repro.name / "Dockerfile"
     if not dockerfile.is_file():
         raise BadInput(f"{repro.name} has no image: images/{repro.name}/Dockerfile is missing")
+    if variant not in repro.variants_on(platform):
+        raise BadInput(f"variant {variant!r} of {repro.name} does not apply on {platform}")
     lock = workflow.lock_for(repro, variant, platform, overrides)
     digest = hashlib.sha256()
     for path in [lock, dockerfile, root / "images" / "install-lock.sh", *_tree(repro.dir),

@@ -10,6 +10,7 @@ group is terminated and any process still carrying the id is killed, so nothing 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -85,6 +86,10 @@ class LaunchPlan:
                 str(self.processes),
                 "--main_process_port",
                 str(self.port),
+                # Prefix each rank's lines ("[default1]:"), so launch.log splits per rank;
+                # accelerate < 0.34 has no --log_dir to pass on.
+                "--tee",
+                "3",
                 *self.launcher_args,
                 *script,
             ]
@@ -262,7 +267,8 @@ def _combined_code(codes: list[int | None]) -> int | None:
 
 
 def collect_rank_logs(log_dir: Path) -> list[Path]:
-    """Per-rank logs as rank<N>.log in the launch's log dir, whatever the launcher wrote."""
+    """Per-rank logs as rank<N>.log in the launch's log dir, whatever the launcher wrote:
+    torchrun's --log_dir tree, else the "[default<N>]:" prefixes --tee puts in launch.log."""
     tree = log_dir / "torchrun"
     if tree.is_dir():
         for rank_dir in sorted(tree.glob("*/attempt_*/*")):
@@ -272,4 +278,14 @@ def collect_rank_logs(log_dir: Path) -> list[Path]:
                         if (rank_dir / stream).is_file():
                             out.write((rank_dir / stream).read_bytes())
         shutil.rmtree(tree, ignore_errors=True)
+    elif not list(log_dir.glob("rank*.log")) and (log_dir / "launch.log").is_file():
+        ranks: dict[str, list[str]] = {}
+        for line in (log_dir / "launch.log").read_text(errors="replace").splitlines():
+            if match := _RANK_PREFIX.match(line):
+                ranks.setdefault(match.group(1), []).append(line[match.end() :])
+        for rank, lines in ranks.items():
+            (log_dir / f"rank{rank}.log").write_text("\n".join(lines) + "\n")
     return sorted(log_dir.glob("rank*.log"))
+
+
+_RANK_PREFIX = re.compile(r"^\[[A-Za-z_]*?(\d+)\]:")

@@ -90,6 +90,9 @@ class Variant(_Section):
     pins: list[str] = []
     launch: LaunchOverride | None = None
     default: bool = True
+    # Replaces [verdict] for this variant, e.g. where a newer API measures another way.
+    verdict: VerdictSection | None = None
+    platforms: list[str] | None = None  # where the variant applies (default: everywhere)
 
 
 class ExpectRule(_Section):
@@ -173,6 +176,11 @@ class Repro:
                 f"it has: {', '.join(self.spec.variants)}"
             ) from None
 
+    def rules(self, variant: str) -> list[Rule]:
+        """The verdict rule of a variant: its own, else the repro's."""
+        own = self.variant(variant).verdict
+        return list((own or self.spec.verdict).reproduced_if)
+
     def launch(self, variant: str) -> LaunchSection:
         """[launch] with the variant's overrides applied."""
         override = self.variant(variant).launch
@@ -196,6 +204,14 @@ class Repro:
 
     def install_env(self, platform: str = "cpu") -> dict[str, str]:
         return {**self.spec.env.install_env, **self.platform(platform).install_env}
+
+    def variants_on(self, platform: str) -> list[str]:
+        """The variants that apply on `platform`."""
+        return [
+            name
+            for name, v in self.spec.variants.items()
+            if v.platforms is None or platform in v.platforms
+        ]
 
     def platform(self, platform: str) -> PlatformSection:
         if platform == "cpu" and "cpu" not in self.spec.platforms:
@@ -303,6 +319,9 @@ def _check_semantics(repro: Repro, shown: str) -> None:
             fail(f"{where}.fix", f"fix module {variant.fix!r} not found in fixes/")
         if variant.launch is not None:
             _check_launch(repro, repro.launch(name), f"{where}.launch", fail)
+        for index, platform in enumerate(variant.platforms or []):
+            if platform != "cpu" and platform not in spec.platforms:
+                fail(f"{where}.platforms[{index}]", f"no platform {platform!r} in [platforms]")
 
     if spec.matrix is not None:
         _check_matrix(repro, spec.matrix, fail)

@@ -226,7 +226,7 @@ def judge_result(repro: Repro, item: Pending, outcome: launch.LaunchOutcome, log
         raise LaunchError(
             f"{exc}; launcher exit {outcome.returncode}{_last_error(outcome)}; logs in {logs}"
         ) from None
-    rules = repro.spec.verdict.reproduced_if
+    rules = repro.rules(item.cell.variant)
     verdict, fired = decide(Verdict(result["verdict"]), result["metrics"], rules)
     record = item.record
     record.result, record.metrics = result, result["metrics"]

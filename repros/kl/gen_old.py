@@ -1,0 +1,154 @@
+"""trl 0.4 - 0.11: the issue's own API.
+
+``PPOTrainer(config, model, ref_model, tokenizer, dataset, data_collator)``, ``.generate``,
+``.step(queries, responses, rewards)`` - the gpt2-sentiment example line by line, with the
+offline model / reward swapped in. The step-0 log-probs are read where trl itself computes
+objective/kl: ``PPOTrainer.record_step_stats`` gets ``logprobs``, ``ref_logprobs`` and
+``masks`` as keyword arguments in every release of this generation; a wrapper records them
+and calls the original unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import common
+
+
+def run(args, log) -> dict:
+    import time
+
+    phases = {}
+    t = time.time()
+    import torch
+    from accelerate import Accelerator
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    try:
+        from trl import AutoModelForCausalLMWithValueHead, PPOConfig, PPOTrainer, set_seed
+    except ImportError as exc:
+        raise common.CannotTest(f"this trl has no old-API PPOTrainer: {exc}") from exc
+
+    phases["import"] = time.time() - t
+    t = time.time()
+    accelerator = Accelerator()  # as in the example; PPOTrainer builds its own on the same state
+    phases["accelerator"] = time.time() - t
+    t = time.time()
+    path = common.model_path(args, log)
+    wanted = dict(
+        model_name=path,
+        learning_rate=1.41e-5,
+        log_with=None,
+        mini_batch_size=args.batch_size,
+        batch_size=args.batch_size,
+        gradient_accumulation_steps=1,
+        early_stopping=False,
+        target_kl=0.1,
+        kl_penalty="kl",
+        seed=args.seed,
+    )
+    fields = {f.name for f in dataclasses.fields(PPOConfig)}
+    config = PPOConfig(**{k: v for k, v in wanted.items() if k in fields})
+
+    phases["ppo_config"] = time.time() - t
+    t = time.time()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.pad_token = tokenizer.eos_token
+    n_rows = args.batch_size * accelerator.num_processes * args.steps
+    dataset = Dataset.from_list(common.query_rows(args, tokenizer, n_rows))
+    dataset.set_format(type="torch")
+
+    def collator(data):
+        return dict((key, [d[key] for d in data]) for key in data[0])
+
+    phases["tokenizer_data"] = time.time() - t
+    t = time.time()
+    set_seed(config.seed)
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(path)
+    ref_model = AutoModelForCausalLMWithValueHead.from_pretrained(path)
+    trainer = PPOTrainer(
+        config, model, ref_model, tokenizer, dataset=dataset, data_collator=collator
+    )
+    phases["trainer_init"] = time.time() - t  # DeepSpeed init (and its one-time op build)
+
+    captured: list[dict] = []
+    original = trainer.record_step_stats
+
+    def record_step_stats(*a, **data):  # read-only tap on trl's own KL inputs
+        captured.append(common.step_measure(data["logprobs"], data["ref_logprobs"], data["masks"]))
+        return original(*a, **data)
+
+    trainer.record_step_stats = record_step_stats
+
+    reward = common.reward_function(args, trainer.accelerator.device)
+    generation_kwargs = dict(
+        common.GENERATION_KWARGS,
+        pad_token_id=tokenizer.eos_token_id,
+        max_new_tokens=args.max_new_tokens,
+    )
+    unwrap = trainer.accelerator.unwrap_model
+    state = trainer.accelerator.state
+    rank_info = {
+        "rank": trainer.accelerator.process_index,
+        "policy_dtype": common.first_param_dtype(trainer.model),
+        "ref_dtype": common.first_param_dtype(trainer.ref_model),
+        "policy_wrapper": type(trainer.model).__name__,
+        "ref_wrapper": type(trainer.ref_model).__name__,
+        "policy_lm_training": unwrap(trainer.model).pretrained_model.training,
+        "ref_lm_training": unwrap(trainer.ref_model).pretrained_model.training,
+    }
+    rank_info["forward_probe_max_abs_logp_diff"] = common.forward_probe(
+        unwrap(trainer.model), trainer.ref_model, tokenizer, trainer.accelerator.device, args.seed
+    )
+    objective_kl = []
+    t = time.time()
+    for step, batch in enumerate(trainer.dataloader):
+        if step >= args.steps:
+            break
+        query_tensors = batch["input_ids"]
+        response_tensors = trainer.generate(query_tensors, return_prompt=False, **generation_kwargs)
+        batch["response"] = tokenizer.batch_decode(response_tensors)
+        texts = [q + r for q, r in zip(batch["query"], batch["response"], strict=True)]
+        rewards = [torch.tensor(float(s)) for s in reward(texts)]
+        stats = trainer.step(query_tensors, response_tensors, rewards)
+        objective_kl.append(float(stats["objective/kl"]))
+        log(
+            f"step {step}: objective/kl {objective_kl[-1]:+.6f}, "
+            f"max |logp - ref_logp| {captured[-1]['max_abs_logp_diff']:.3g}"
+        )
+    phases["ppo_steps"] = time.time() - t
+    if not captured:
+        raise RuntimeError("no PPO step ran (dataset too small?)")
+
+    step0 = captured[0]
+    rank_info.update(
+        objective_kl_step0=objective_kl[0],
+        kl_sign=common.sign_word(objective_kl[0]),
+        local_kl_step0=step0["local_kl"],
+        max_abs_logp_diff=step0["max_abs_logp_diff"],
+        response_tokens_step0=step0["response_tokens"],
+        tokens_differing_step0=step0["tokens_differing"],
+        logprobs_dtype=step0["logprobs_dtype"],
+        ref_logprobs_dtype=step0["ref_logprobs_dtype"],
+        objective_kl_series=objective_kl,
+        local_kl_series=[c["local_kl"] for c in captured],
+        max_abs_logp_diff_series=[c["max_abs_logp_diff"] for c in captured],
+        phase_seconds={k: round(v, 2) for k, v in phases.items()},
+        **common.env_threads(),
+    )
+    # the policy's DeepSpeedEngine (trl 0.7.2 rewrites the plugin's config to stage 0)
+    engine = trainer.model
+    run_info = {
+        "device": str(trainer.accelerator.device),
+        "backend": common.backend_name(),
+        "world_size": trainer.accelerator.num_processes,
+        "distributed_type": str(state.distributed_type),
+        "mixed_precision": str(state.mixed_precision),
+        "zero_stage": engine.zero_optimization_stage()
+        if hasattr(engine, "zero_optimization_stage")
+        else None,
+        "ds_bf16": engine.bfloat16_enabled() if hasattr(engine, "bfloat16_enabled") else None,
+        "model": path if args.hub else f"tiny-gpt2 (offline, {path.rsplit('/', 1)[-1]})",
+    }
+    return {"rank": rank_info, "run": run_info}

@@ -1,0 +1,429 @@
+"""huggingface/trl#506: DeepSpeed ZeRO-2 + bf16 gives nonzero (reported negative) KL at PPO step 0.
+
+The trl gpt2-sentiment PPO example in miniature, run under the issue's own accelerate config
+(DEEPSPEED, ZeRO stage 2, mixed_precision bf16, 2 processes):
+
+    accelerate launch --config_file repros/kl/zero2_bf16.yaml repros/kl/ppo_step0.py
+
+At PPO step 0 the policy and the reference model hold identical weights, so every per-token
+``logprob - ref_logprob`` must be exactly 0 and trl's logged ``objective/kl`` must be 0 on every
+rank. In trl <= 0.7.1 DeepSpeed casts the policy to bf16 while the reference model is only moved
+to the device and stays fp32, so the two disagree (fixed by trl PR #758, released in 0.7.2).
+
+Verdict (exit code, ``git bisect run`` convention): 1 reproduced when the largest per-token
+|logprob - ref_logprob| over response tokens at step 0 exceeds 1e-6 on any rank or objective/kl
+at step 0 is nonzero on any rank; 0 clean otherwise; 125 cannot test here (a version set that
+cannot run on this host, a trl without PPO, a DeepSpeed op that cannot be built); 2 error.
+
+Offline by default: a tiny GPT-2 and a byte-level tokenizer are built locally (tiny_model.py)
+and a synthetic reward replaces the sentiment pipeline. ``--hub`` uses the example's
+lvwerra/gpt2-imdb, imdb and lvwerra/distilbert-imdb instead (needs hub access).
+
+With ``REPRO_RESULT=path`` rank 0 writes the result JSON there (see repros/README.md).
+``--fix MODULE`` imports MODULE (e.g. fixes/deepspeed_ref_model.py on PYTHONPATH) and calls its
+``apply()`` before the trainer is built.
+"""
+
+from __future__ import annotations
+
+import time
+
+T_START = time.time()
+
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import traceback  # noqa: E402
+from importlib import metadata  # noqa: E402
+
+THRESHOLD = 1e-6
+EXIT = {"clean": 0, "reproduced": 1, "cannot_test": 125, "error": 2}
+# sibling modules (common, gen_*, tiny_model), also when run through runpy
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import CannotTest  # noqa: E402
+
+RECORDED_ENV = (
+    "DS_ACCELERATOR",
+    "OMP_NUM_THREADS",
+    "ACCELERATE_MIXED_PRECISION",
+    "ACCELERATE_USE_DEEPSPEED",
+    "TORCH_EXTENSIONS_DIR",
+)
+PACKAGES = (
+    "torch",
+    "trl",
+    "transformers",
+    "accelerate",
+    "deepspeed",
+    "datasets",
+    "tokenizers",
+    "numpy",
+)
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def log(msg: str) -> None:
+    print(f"[kl rank {rank()}] {msg}", flush=True)
+
+
+def parse_version(text: str) -> tuple:
+    """'0.7.1' -> (0, 7, 1); '2.13.0+cpu' -> (2, 13, 0); '0.8.0.dev0' -> (0, 8, 0)."""
+    m = re.match(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?", text)
+    return tuple(int(g or 0) for g in m.groups()) if m else (0, 0, 0)
+
+
+def dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variant", default="manual", help="label recorded in the result")
+    p.add_argument(
+        "--fix", default=None, help="module whose apply() is called before the trainer is built"
+    )
+    p.add_argument(
+        "--hub", action="store_true", help="use lvwerra/gpt2-imdb, imdb and lvwerra/distilbert-imdb"
+    )
+    p.add_argument(
+        "--steps", type=int, default=3, help="PPO steps to run (the KL series); step 0 decides"
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=16, help="PPO batch size per rank (mini batch = batch)"
+    )
+    p.add_argument("--max-new-tokens", type=int, default=24)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--bf16-via",
+        choices=["accelerate", "ppo-config", "default"],
+        default="accelerate",
+        help="trl >= 0.12 only: ask for bf16 through the accelerate config only (PPOConfig "
+        "bf16=False), also through PPOConfig(bf16=True), or leave PPOConfig's default",
+    )
+    p.add_argument(
+        "--criterion",
+        choices=["step0", "forward-probe"],
+        default="step0",
+        help="step0: the issue's check, per-token logp - ref_logp and objective/kl at PPO step 0; "
+        "forward-probe: both prepared models on one identical input (trl >= 0.12, whose step-0 "
+        "log-probs come from generation scores and are never exactly the forward's)",
+    )
+    p.add_argument(
+        "--api",
+        choices=["auto", "old", "trainer", "experimental"],
+        default="auto",
+        help="trl PPO API generation (auto: from the installed trl version)",
+    )
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------------------------
+# preflight: decide cannot_test before anything heavy is imported
+# --------------------------------------------------------------------------------------------
+def pick_generation(trl_version: tuple, requested: str) -> str:
+    if requested != "auto":
+        return requested
+    if trl_version < (0, 4, 0):
+        raise CannotTest(
+            f"trl {'.'.join(map(str, trl_version))} predates the accelerate-based "
+            "PPOTrainer (generate/step API of the issue): generation not supported"
+        )
+    if trl_version < (0, 4, 2):
+        raise CannotTest(
+            f"trl {'.'.join(map(str, trl_version))} has no DeepSpeed support in PPOTrainer "
+            "(it prepares the reference model with the same Accelerator; added in 0.4.2)"
+        )
+    if trl_version < (0, 12, 0):
+        return "old"
+    if trl_version < (0, 26, 0):
+        return "trainer"
+    return "experimental"
+
+
+def extensions_dir() -> str:
+    """One JIT-extension cache per environment. DeepSpeed builds a C++ op (deepspeed_shm_comm on
+    CPU) at its first init; torch rebuilds it whenever the include paths change, so environments
+    sharing the default ~/.cache/torch_extensions rebuild it (~40 s on 2 cores) on every switch."""
+    import hashlib
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    return os.path.join(base, "reprobox", "torch_extensions", key)
+
+
+def preflight(args) -> dict:
+    versions = {name: dist_version(name) for name in PACKAGES}
+    for name in ("torch", "trl", "transformers", "accelerate"):
+        if versions[name] is None:
+            raise CannotTest(f"{name} is not installed")
+    if versions["deepspeed"] is None:
+        raise CannotTest("deepspeed is not installed: the bug needs the DeepSpeed ZeRO-2 engine")
+    import torch  # cheap enough, and needed to know whether CUDA is there
+
+    cuda = torch.cuda.is_available()
+    if not cuda:
+        if parse_version(versions["accelerate"]) < (0, 29, 0):
+            raise CannotTest(
+                f"accelerate {versions['accelerate']} hard-codes nccl/cuda for DeepSpeed "
+                "(CPU hosts need accelerate >= 0.29)"
+            )
+        if parse_version(versions["deepspeed"]) < (0, 14, 1):
+            raise CannotTest(
+                f"deepspeed {versions['deepspeed']} cannot run on CPU (imports oneccl "
+                "unconditionally; CPU hosts need deepspeed >= 0.14.1)"
+            )
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", extensions_dir())
+    gen = pick_generation(parse_version(versions["trl"]), args.api)
+    return {"versions_installed": versions, "cuda": cuda, "generation": gen}
+
+
+# --------------------------------------------------------------------------------------------
+# distributed plumbing and the result file
+# --------------------------------------------------------------------------------------------
+def _ensure_process_group():
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return None
+    if not dist.is_initialized() and world_size() > 1:
+        dist.init_process_group("gloo")  # env:// from the launcher; only on early exits
+    return dist if dist.is_initialized() else None
+
+
+def gather(obj) -> list:
+    dist = _ensure_process_group()
+    if dist is None:
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def write_result(result: dict) -> None:
+    path = os.environ.get("REPRO_RESULT")
+    if not path:
+        return
+    path = os.path.abspath(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".result-", dir=os.path.dirname(path))
+    with os.fdopen(fd, "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def _wait_for_rank0_result(limit_s: float = 90.0) -> None:
+    """Early exit without a usable process group: give rank 0 time to write before we exit
+    (the launcher kills the other ranks as soon as one exits nonzero)."""
+    path = os.environ.get("REPRO_RESULT")
+    deadline = time.time() + (limit_s if path else 5.0)
+    while time.time() < deadline:
+        if path and os.path.exists(path) and os.path.getmtime(path) >= T_START:
+            return
+        time.sleep(0.5)
+
+
+def finish(verdict: str, result: dict, barrier: bool = True) -> None:
+    """Rank 0 writes the result; all ranks meet; every rank exits with the verdict's code.
+
+    barrier=False is for failures, where a peer may be dead or stuck in a collective: rank 0
+    writes and exits, the other ranks wait (bounded) for its file instead of a collective.
+    """
+    result["verdict"] = verdict
+    result["wall_time_s"] = round(time.time() - T_START, 2)
+    result["env"] = {k: os.environ.get(k) for k in RECORDED_ENV}
+    if rank() == 0:
+        write_result(result)
+        log(f"verdict: {verdict} - {result.get('reason', '')}")
+    if barrier:
+        try:
+            dist = _ensure_process_group()
+            if dist is not None:
+                dist.barrier()
+                dist.destroy_process_group()
+        except Exception as exc:  # a peer already died: still exit with our own code
+            log(f"barrier failed: {exc!r}")
+    elif rank() != 0:
+        _wait_for_rank0_result()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT[verdict])  # skip atexit hooks that could hang on a torn-down group
+
+
+def imported_versions() -> dict:
+    out = {}
+    for name in PACKAGES:
+        mod = sys.modules.get(name)
+        out[name] = getattr(mod, "__version__", None) if mod is not None else dist_version(name)
+    return out
+
+
+def one_line(exc: BaseException) -> str:
+    """'Type: message' on one line, with the root cause of a chained exception appended."""
+    text = f"{type(exc).__name__}: {exc}"
+    root = exc
+    while root.__cause__ is not None and root.__cause__ is not root:
+        root = root.__cause__
+    if root is not exc:
+        text += f" <- {type(root).__name__}: {root}"
+    return " ".join(text.split())
+
+
+BUILD_FAILURES = (
+    "error building extension",
+    "ninja is required",
+    "no such file or directory: 'c++'",
+    "no such file or directory: 'g++'",
+    "unable to find a c++ compiler",
+    "c++: not found",
+)
+
+
+def classify_exception(exc: BaseException) -> str | None:
+    """A one-line cannot_test reason for failures that mean 'cannot run here', else None."""
+    text = one_line(exc)
+    low = text.lower()
+    if any(k in low for k in BUILD_FAILURES):
+        return f"DeepSpeed could not build its C++ op (needs a C++ compiler, ninja): {text[:300]}"
+    if "couldn't connect to" in low or "offline mode" in low:
+        return f"--hub needs the Hugging Face hub, which is not reachable here: {text[:200]}"
+    if isinstance(exc, ImportError) or "no module named" in low or "failed to import" in low:
+        return f"version set cannot import: {text[:300]}"
+    if "oneccl" in low or ("nccl" in low and "cuda" in low):
+        return f"this DeepSpeed/accelerate needs CUDA: {text[:300]}"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# verdict from the per-rank measurements
+# --------------------------------------------------------------------------------------------
+def summarize(per_rank: list[dict], criterion: str = "step0") -> tuple[str, dict, str]:
+    max_diff = max(r["max_abs_logp_diff"] for r in per_rank)
+    max_kl = max(abs(r["objective_kl_step0"]) for r in per_rank)
+    metrics = {
+        "max_abs_logp_diff": max_diff,
+        "max_abs_kl_step0": max_kl,
+        "max_abs_local_kl_step0": max(abs(r["local_kl_step0"]) for r in per_rank),
+        "ranks_with_negative_kl_step0": sum(r["objective_kl_step0"] < 0 for r in per_rank),
+        "max_abs_forward_probe_logp_diff": max(
+            r["forward_probe_max_abs_logp_diff"] for r in per_rank
+        ),
+    }
+    if criterion == "forward-probe":
+        reproduced = metrics["max_abs_forward_probe_logp_diff"] > THRESHOLD
+    else:
+        reproduced = max_diff > THRESHOLD or max_kl > 0.0
+    kls = " / ".join(f"{r['objective_kl_step0']:+.6f}" for r in per_rank)
+    dtypes = ", ".join(
+        sorted({f"policy {r['policy_dtype']} vs ref {r['ref_dtype']}" for r in per_rank})
+    )
+    reason = (
+        f"step 0: max |logp - ref_logp| = {max_diff:.3g} (threshold {THRESHOLD:g}), "
+        f"objective/kl per rank = {kls}; {dtypes}; same-input forward probe "
+        f"{metrics['max_abs_forward_probe_logp_diff']:.3g}"
+    )
+    return ("reproduced" if reproduced else "clean"), metrics, reason
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    result = {
+        "schema": 1,
+        "variant": args.variant,
+        "verdict": None,
+        "reason": "",
+        "metrics": {},
+        "ranks": [],
+        "series": {},
+        "versions": {},
+        "device": None,
+        "backend": None,
+        "world_size": world_size(),
+        "seed": args.seed,
+        "python": platform.python_version(),
+        "fix": args.fix,
+        "options": {
+            "hub": args.hub,
+            "steps": args.steps,
+            "batch_size": args.batch_size,
+            "max_new_tokens": args.max_new_tokens,
+            "bf16_via": args.bf16_via,
+            "api": args.api,
+        },
+    }
+    try:
+        pre = preflight(args)
+    except CannotTest as exc:
+        result["versions"] = {n: dist_version(n) for n in PACKAGES}
+        result["reason"] = str(exc)
+        finish("cannot_test", result)
+    result["generation"] = pre["generation"]
+
+    try:
+        fix_note = None
+        if args.fix:
+            fix_mod = importlib.import_module(args.fix)
+            fix_note = fix_mod.apply() if hasattr(fix_mod, "apply") else "imported (no apply())"
+            log(f"fix {args.fix}: {fix_note}")
+        result["fix_note"] = fix_note
+        adapter = importlib.import_module(
+            {"old": "gen_old", "trainer": "gen_trainer", "experimental": "gen_experimental"}[
+                pre["generation"]
+            ]
+        )
+        measured = adapter.run(args, log)
+    except CannotTest as exc:
+        result["versions"] = imported_versions()
+        result["reason"] = str(exc)
+        finish("cannot_test", result)
+    except Exception as exc:
+        traceback.print_exc()
+        result["versions"] = imported_versions()
+        why = classify_exception(exc)
+        if why:
+            result["reason"] = why
+            finish("cannot_test", result, barrier=False)
+        result["reason"] = f"error: {one_line(exc)[:400]}"
+        finish("error", result, barrier=False)
+
+    try:
+        per_rank = gather(measured["rank"])
+        result.update(measured["run"])
+        result["versions"] = imported_versions()
+        result["ranks"] = per_rank
+        for r in per_rank:
+            result["series"][f"kl_rank{r['rank']}"] = r.pop("objective_kl_series")
+            result["series"][f"local_kl_rank{r['rank']}"] = r.pop("local_kl_series")
+        verdict, result["metrics"], result["reason"] = summarize(per_rank, args.criterion)
+    except Exception as exc:  # e.g. a peer died before the gather
+        traceback.print_exc()
+        result["reason"] = f"error: {one_line(exc)[:400]}"
+        finish("error", result, barrier=False)
+    finish(verdict, result)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException as exc:  # never let a crash exit 1, which would read as "reproduced"
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            raise
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT["error"])
