@@ -75,6 +75,16 @@ def test_cannot_test_is_accepted_where_declared(toy_root: Path) -> None:
     assert _records(toy_root, "cannot")[0]["verdict"] == "cannot_test"
 
 
+def test_a_preflight_can_end_a_cell_before_launch(toy_root: Path) -> None:
+    done = reprobox("run", "toy", "--variant", "early", "--variant", "preflight_ok")
+    assert done.returncode == ExitCode.OK, done.stderr
+    early = _records(toy_root, "early")[0]
+    assert early["verdict"] == "cannot_test" and early["reason"] == "toy: this host cannot run it"
+    assert not (Path(early["dir"]) / "launch.log").exists()  # never launched
+    launched = _records(toy_root, "preflight_ok")[0]
+    assert launched["verdict"] == "clean" and (Path(launched["dir"]) / "rank1.log").is_file()
+
+
 def test_matrix_cells_run_with_their_expectations(toy_root: Path) -> None:
     done = reprobox("run", "toy", "--matrix")
     assert done.returncode == ExitCode.OK, done.stderr

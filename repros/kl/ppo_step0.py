@@ -116,6 +116,13 @@ def parse_args(argv=None):
         "bf16=False), also through PPOConfig(bf16=True), or leave PPOConfig's default",
     )
     p.add_argument(
+        "--preflight",
+        action="store_true",
+        help="only check, in one plain process, that this host and version set can run the "
+        "repro (exit 0), else write a cannot_test result (exit 125); the harness runs this "
+        "before launching, since some version sets break accelerate launch itself",
+    )
+    p.add_argument(
         "--criterion",
         choices=["step0", "forward-probe"],
         default="step0",
@@ -373,6 +380,8 @@ def main(argv=None) -> None:
         result["reason"] = str(exc)
         finish("cannot_test", result)
     result["generation"] = pre["generation"]
+    if args.preflight:
+        sys.exit(0)
 
     try:
         fix_note = None

@@ -52,6 +52,8 @@ class LaunchSection(_Section):
     # Variants with the same environment and launch settings may share one launch; the
     # script then reads a plan of cases (repros/README.md, "Batching").
     batch: bool = False
+    # Script arguments for a one-process check before launching (repros/README.md, "Preflight").
+    preflight: list[str] | None = None
 
 
 class LaunchOverride(_Section):
@@ -63,6 +65,7 @@ class LaunchOverride(_Section):
     args: list[str] | None = None
     config: str | None = None
     env: dict[str, str] | None = None
+    preflight: list[str] | None = None
 
 
 class EnvSection(_Section):

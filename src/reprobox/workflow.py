@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -175,6 +177,44 @@ def _prepare_env(repro: Repro, item: Pending, options: RunOptions) -> None:
         item.record.env_s = time.monotonic() - started
 
 
+PREFLIGHT_TIMEOUT_S = 300.0
+
+
+def _preflight(repro: Repro, item: Pending, options: RunOptions) -> None:
+    """Ask the script, in one plain process, whether this environment can be tested at all.
+
+    Some combinations break the launcher itself before any rank starts (e.g. one that cannot
+    import deepspeed): no rank would be left to say "cannot test". With [launch] preflight,
+    the script runs once with those extra arguments; 0 means go on, 125 means cannot test
+    (with its result written as usual), anything else is an error."""
+    preflight = repro.launch(item.cell.variant).preflight
+    if not preflight or item.env is None:
+        return
+    plan = plan_launch(repro, item.cell, item.env, item.run_dir, options)
+    argv = [str(item.env.bin("python")), str(repro.script), *plan.script_args, *preflight]
+    env = {**os.environ, **plan.env}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    with recording([item]):
+        try:
+            done = subprocess.run(argv, env=env, cwd=item.run_dir, capture_output=True,
+                                  text=True, timeout=PREFLIGHT_TIMEOUT_S)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise LaunchTimeout(f"preflight timed out after {PREFLIGHT_TIMEOUT_S:g}s") from None
+        (item.run_dir / "preflight.log").write_text(
+            f"$ {shlex.join(argv)}\n{done.stdout}{done.stderr}"
+        )
+        if done.returncode == 0:
+            (item.run_dir / RESULT_FILE).unlink(missing_ok=True)
+            return
+        if done.returncode != Verdict.CANNOT_TEST.exit_code:
+            raise LaunchError(
+                f"preflight exited {done.returncode}; see {item.run_dir}/preflight.log"
+            )
+        item.record.command = argv
+        outcome = launch.LaunchOutcome(125, 0.0, False, item.run_dir / "preflight.log", [])
+        judge_result(repro, item, outcome, item.run_dir)
+
+
 def _launch_group(repro: Repro, group: list[Pending], options: RunOptions) -> None:
     """One launch for the group: a single cell gets its arguments on the command line; a
     batch gets a plan file (see repros/README.md, "Batching")."""
@@ -282,7 +322,9 @@ def run_cells(
     try:
         for item in pending:
             _prepare_env(repro, item, options)
-        ready = [item for item in pending if item.record.exit_code == 0]
+            if item.record.exit_code == 0:
+                _preflight(repro, item, options)
+        ready = [i for i in pending if i.record.exit_code == 0 and i.record.verdict is None]
         for group in _groups(repro, ready):
             if on_start is not None:
                 on_start([item.cell for item in group])
