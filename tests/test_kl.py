@@ -121,7 +121,7 @@ def test_a_deepspeed_op_that_cannot_build_says_so(
     results: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))  # nothing built yet
-    monkeypatch.setenv("CXX", "/bin/false")  # no working C++ compiler
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))  # no C++ compiler
     done = reprobox("verdict", "kl", "--variant", "broken", timeout=1200)
     assert done.returncode == 125, done.stderr
     assert "DeepSpeed could not build its C++ op" in done.stderr

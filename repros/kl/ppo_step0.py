@@ -301,11 +301,22 @@ BUILD_FAILURES = (
 )
 
 
+def raised_in(exc: BaseException, *places: str) -> bool:
+    """Whether the exception came out of one of these source files (any frame)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if any(place in tb.tb_frame.f_code.co_filename for place in places):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def classify_exception(exc: BaseException) -> str | None:
     """A one-line cannot_test reason for failures that mean 'cannot run here', else None."""
     text = one_line(exc)
     low = text.lower()
-    if any(k in low for k in BUILD_FAILURES):
+    op_build = raised_in(exc, "torch/utils/cpp_extension.py", "op_builder/")
+    if op_build or any(k in low for k in BUILD_FAILURES):
         return f"DeepSpeed could not build its C++ op (needs a C++ compiler, ninja): {text[:300]}"
     if "couldn't connect to" in low or "offline mode" in low:
         return f"--hub needs the Hugging Face hub, which is not reachable here: {text[:200]}"
