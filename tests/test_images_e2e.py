@@ -115,3 +115,26 @@ def test_a_lock_that_does_not_match_its_hash_never_builds(
         images.build(engine, tampered, base=BASE, log_dir=tmp_path,
                      ca_bundle=Path(ca) if ca and Path(ca).is_file() else None)  # fmt: skip
     assert not engine.image_exists(tampered.tag)
+
+
+@pytest.mark.slow
+def test_kl_image_reaches_the_venv_verdicts(
+    engine: images.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real DeepSpeed ZeRO-2 run inside the kl CPU image (g++ and ninja in the image for
+    DeepSpeed's op build) gives the venv's verdicts and the very same step-0 numbers."""
+    monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "venv"))
+    venv = reprobox("run", "kl", "--variant", "broken", "--variant", "fixed", timeout=3600)
+    assert venv.returncode == 0, venv.stderr
+    monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "image"))
+    boxed = reprobox("image", "kl", "--variant", "broken", "--variant", "fixed", "--run",
+                     *_image_args(), timeout=3600)  # fmt: skip
+    assert boxed.returncode == 0, boxed.stderr
+    in_venv, in_image = _newest(tmp_path / "venv", "kl"), _newest(tmp_path / "image", "kl")
+    assert in_image["broken"]["verdict"] == "reproduced"
+    assert in_image["fixed"]["verdict"] == "clean"
+    for variant in ("broken", "fixed"):
+        assert in_image[variant]["metrics"]["max_abs_logp_diff"] == pytest.approx(
+            in_venv[variant]["metrics"]["max_abs_logp_diff"], abs=1e-6
+        )
+    assert _containers(engine) == []
