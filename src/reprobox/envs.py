@@ -8,6 +8,7 @@ probes with the same lock share one venv, and uv's cache makes a new one cheap.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -47,6 +48,20 @@ def uv_bin() -> str:
         if found is None:
             raise EnvError("uv is not installed; run `make` targets, which install it") from None
         return found
+
+
+@functools.cache
+def index_url() -> str:
+    """The index uv resolves against (its default, or the UV_* settings), as uv reports it:
+    release lists must come from where the locks come from, and no address is written here."""
+    proc = subprocess.run(
+        [uv_bin(), "pip", "compile", "-", "--emit-index-url", "--no-header", "--quiet"],
+        input="", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    for line in proc.stdout.splitlines():
+        if line.startswith("--index-url "):
+            return line.split(None, 1)[1].strip().rstrip("/")
+    raise EnvError(f"cannot tell which index uv uses: {summarize_uv_error(proc.stderr)}")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What pip is configured with here, read at run time (never written into the repo).
 
-uv does not read pip's configuration, so the harness asks pip for the two settings it
-honours: local wheel folders (`find-links`, e.g. a CPU torch wheel on disk) and the index.
+uv does not read pip's configuration, so the harness asks pip for the setting it honours:
+local wheel folders (`find-links`, e.g. a CPU torch wheel on disk).
 """
 
 from __future__ import annotations
@@ -54,26 +54,3 @@ def find_links() -> tuple[str, ...]:
         if key.endswith("find-links"):
             links += value.split()
     return tuple(link for link in dict.fromkeys(links) if Path(link).is_dir())
-
-
-@functools.cache
-def index_url() -> str:
-    """The package index the clients use by default: uv's or pip's setting, else pip's own
-    built-in default (asked from pip, so no registry address is written here)."""
-    for var in ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL"):
-        if os.environ.get(var):
-            return os.environ[var].rstrip("/")
-    for key, value in pip_config().items():
-        if key.endswith(".index-url"):
-            return value.rstrip("/")
-    script = "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"
-    for python in (sys.executable, "python3"):
-        try:
-            out = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip().rstrip("/")
-    from .errors import EnvError
-
-    raise EnvError("cannot tell which package index to use: set UV_DEFAULT_INDEX")
