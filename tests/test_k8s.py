@@ -71,7 +71,8 @@ def test_manifest_has_one_pod_per_cell(ppo_root: Path) -> None:
     # what a cell runs: the image's launcher, then the protocol arguments
     broken = next(c for c in listed if c["label"] == "broken[trl=0.7.1]")
     assert broken["launch"] == [
-        "accelerate", "launch", "--config_file", "zero.yaml", "--num_processes", "2", "ppo.py",
+        "/opt/venv/bin/accelerate", "launch", "--config_file", "/opt/repro/zero.yaml",
+        "--num_processes", "2", "--main_process_port", "29500", "/opt/repro/ppo.py",
     ]  # fmt: skip
     assert broken["args"] == ["--variant", "broken"]
     assert broken["image_tag"] == "broken-trl-0.7.1-gpu"

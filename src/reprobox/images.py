@@ -147,7 +147,7 @@ def build(
                "-t", spec.tag, "--label", f"org.reprobox.versions={versions}"]  # fmt: skip
         args = {
             "LOCK_SHA256": spec.lock_sha256, "REPRO": spec.repro.name, "VARIANT": spec.variant,
-            "REPRO_COMMAND": shlex.join(_container_argv(spec.repro, spec.variant, [])),
+            "REPRO_COMMAND": shlex.join(container_argv(spec.repro, spec.variant)),
         }  # fmt: skip
         if base:
             args["BASE" if spec.platform == "cpu" else "GPU_BASE"] = base
@@ -205,21 +205,31 @@ def _link(source: Path, dest: Path) -> None:
         shutil.copy2(source, dest)
 
 
-def _container_argv(repro: Repro, variant: str, extra_args: list[str]) -> list[str]:
-    """The variant's launcher command as it runs inside the image."""
+def container_argv(
+    repro: Repro, variant: str, script_args: list[str] | None = None, *, rank_logs: bool = True
+) -> list[str]:
+    """The variant's launcher command as it runs inside its image (None: the variant's own
+    script arguments). The plain python launcher's ranks are started by the harness on a
+    host; inside an image torchrun starts them, with the same torch.distributed environment."""
     spec = repro.launch(variant)
+    launcher, launcher_args = spec.launcher, spec.args
+    if launcher == "python" and spec.processes > 1:
+        launcher, launcher_args = "torchrun", []
+    if script_args is None:
+        script_args = workflow.script_args(repro, make_cell(repro, variant))
     plan = launch.LaunchPlan(
-        launcher=spec.launcher,
+        launcher=launcher,
         bin_dir=IN_IMAGE["venv"] / "bin",
         processes=spec.processes,
         script=IN_IMAGE["repro"] / repro.spec.repro.script,
-        script_args=extra_args or workflow.script_args(repro, make_cell(repro, variant)),
+        script_args=script_args,
         timeout=spec.timeout,
         log_dir=OUT,
         cwd=IN_IMAGE["repro"],
-        launcher_args=spec.args,
+        launcher_args=launcher_args,
         config=IN_IMAGE["repro"] / spec.config if spec.config else None,
         port=29500,
+        rank_logs=rank_logs,
     )
     return plan.argv()
 
@@ -238,7 +248,7 @@ def run_cell(
     pending = workflow.new_pending(root, repro, cell, options)
     record, run_dir = pending.record, pending.run_dir
     record.lock, record.lock_hash = str(spec.lock), spec.tag.rsplit("-", 1)[-1]
-    argv = _container_argv(repro, cell.variant, workflow.script_args(repro, cell))
+    argv = container_argv(repro, cell.variant, workflow.script_args(repro, cell))
     launch_spec = repro.launch(cell.variant)
     env = {**launch_spec.env, RESULT_ENV: str(OUT / "result.json"),
            "PYTHONPATH": str(IN_IMAGE["fixes"]), "HF_HUB_OFFLINE": "1"}  # fmt: skip

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from . import matrix, sessions, spec
+from . import images, matrix, sessions, spec
 from .errors import BadInput, ReproboxError
 from .matrix import Cell
 from .workflow import script_args
@@ -65,22 +65,9 @@ def cell_run_args(cell: Cell, platform: str = "cpu") -> list[str]:
 
 
 def image_launch(repro: spec.Repro, variant: str) -> list[str]:
-    """The launcher command inside the repro's image (working directory: the repro's copy)."""
-    launch = repro.launch(variant)
-    script = repro.spec.repro.script
-    n = str(launch.processes)
-    if launch.launcher == "torchrun":
-        # Underscore spellings: the only ones torch < 2.1 understands.
-        return ["torchrun", "--standalone", "--nproc_per_node", n, *launch.args, script]
-    if launch.launcher == "accelerate":
-        config = ["--config_file", launch.config] if launch.config else []
-        return ["accelerate", "launch", *config, "--num_processes", n, *launch.args, script]
-    if launch.processes > 1:
-        raise BadInput(
-            f"{repro.name} {variant}: the plain python launcher starts its {n} ranks from the "
-            "harness, which an image does not hold; use torchrun or accelerate to run it there"
-        )
-    return ["python", *launch.args, script]
+    """The launcher command inside the repro's image, up to and including the script (each
+    pod streams its own output, so no per-rank log folder)."""
+    return images.container_argv(repro, variant, [], rank_logs=False)
 
 
 def select_cells(root: Path, name: str, which: Which = "all") -> list[Cell]:

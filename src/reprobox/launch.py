@@ -53,43 +53,32 @@ class LaunchPlan:
     launcher_args: Sequence[str] = ()
     config: Path | None = None
     port: int = 0
+    rank_logs: bool = True  # ask the launcher for per-rank logs (see collect_rank_logs)
 
     def argv(self) -> list[str]:
         """The command line a person would type (also what the report quotes)."""
         script = [str(self.script), *self.script_args]
         if self.launcher == "torchrun":
             # Underscore spellings: the only ones torch < 2.1 understands.
+            logs = ["--log_dir", str(self.log_dir / "torchrun"), "--tee", "3"]
             return [
                 str(self.bin_dir / "torchrun"),
-                "--nnodes",
-                "1",
-                "--nproc_per_node",
-                str(self.processes),
-                "--master_addr",
-                "127.0.0.1",
-                "--master_port",
-                str(self.port),
-                "--log_dir",
-                str(self.log_dir / "torchrun"),
-                "--tee",
-                "3",
+                *("--nnodes", "1", "--nproc_per_node", str(self.processes)),
+                *("--master_addr", "127.0.0.1", "--master_port", str(self.port)),
+                *(logs if self.rank_logs else []),
                 *self.launcher_args,
                 *script,
             ]
         if self.launcher == "accelerate":
             config = ["--config_file", str(self.config)] if self.config else []
+            # --tee prefixes each rank's lines ("[default1]:"), so launch.log splits per
+            # rank; accelerate < 0.34 has no --log_dir to pass on.
             return [
                 str(self.bin_dir / "accelerate"),
                 "launch",
                 *config,
-                "--num_processes",
-                str(self.processes),
-                "--main_process_port",
-                str(self.port),
-                # Prefix each rank's lines ("[default1]:"), so launch.log splits per rank;
-                # accelerate < 0.34 has no --log_dir to pass on.
-                "--tee",
-                "3",
+                *("--num_processes", str(self.processes), "--main_process_port", str(self.port)),
+                *(["--tee", "3"] if self.rank_logs else []),
                 *self.launcher_args,
                 *script,
             ]
