@@ -168,8 +168,10 @@ def extensions_dir() -> str:
     sharing the default ~/.cache/torch_extensions rebuild it (~40 s on 2 cores) on every switch."""
     import hashlib
 
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    if os.environ.get("REPRO_CACHE"):  # the harness's cache folder for this repro
+        return os.path.join(os.environ["REPRO_CACHE"], "torch_extensions", key)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "reprobox", "torch_extensions", key)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from .errors import LaunchError
 
 RESULT_ENV = "REPRO_RESULT"
+CACHE_ENV = "REPRO_CACHE"  # a folder the script may keep built things in (models, ops)
 PLAN_ENV = "REPRO_PLAN"  # a batch of variants in one launch (repros/README.md, "Batching")
 SCHEMA_VERSION = 1
 

@@ -23,7 +23,7 @@ from typing import TextIO
 from . import envs, launch
 from .errors import BadInput, ExitCode, LaunchError, LaunchTimeout, ReproboxError
 from .matrix import Cell
-from .protocol import PLAN_ENV, RESULT_ENV, Expectation, Verdict, read_result
+from .protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV, Expectation, Verdict, read_result
 from .results import RECORD_FILE, Record, new_run_dir
 from .spec import Repro
 from .verdict import Status, decide, judge
@@ -99,6 +99,7 @@ def plan_launch(
     spec = repro.launch(cell.variant)
     path = os.pathsep.join([str(env.path / "bin"), os.environ.get("PATH", "")])
     run_env = {
+        CACHE_ENV: os.environ.get(CACHE_ENV) or str(envs.cache_dir() / "repro-cache" / repro.name),
         **spec.env,
         **(protocol_env or {RESULT_ENV: str(run_dir / RESULT_FILE)}),
         "PYTHONPATH": str(repro.fixes_dir),
