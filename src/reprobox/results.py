@@ -46,8 +46,9 @@ class Record:
     result: dict[str, Any] = field(default_factory=dict)
     command: list[str] = field(default_factory=list)
     returncode: int | None = None
-    wall_s: float = 0.0
-    env_s: float = 0.0
+    wall_s: float = 0.0  # the launch
+    env_s: float = 0.0  # resolving and installing the environment
+    preflight_s: float = 0.0  # the script's one-process check before launching
     lock: str = ""
     lock_hash: str = ""
     platform: str = "cpu"

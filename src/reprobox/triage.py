@@ -102,7 +102,8 @@ class Prober:
         runs = self.log.path.parent / "runs"
         options = replace(self.target.options, lock=lock, results_base=runs)
         record = workflow.run_cell(self.target.root, repro, self.cell_for(item), options)
-        entry.update(wall_s=round(record.wall_s, 3), record=record.dir)
+        # A probe's run time: the script's preflight check and its launch.
+        entry.update(wall_s=round(record.wall_s + record.preflight_s, 3), record=record.dir)
         if record.verdict in (Verdict.CLEAN, Verdict.REPRODUCED):
             return {**entry, "verdict": record.verdict, "reason": record.reason}
         if record.verdict == Verdict.CANNOT_TEST or record.exit_code in (

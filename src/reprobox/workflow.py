@@ -196,11 +196,13 @@ def _preflight(repro: Repro, item: Pending, options: RunOptions) -> None:
     env = {**os.environ, **plan.env}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     with recording([item]):
+        started = time.monotonic()
         try:
             done = subprocess.run(argv, env=env, cwd=item.run_dir, capture_output=True,
                                   text=True, timeout=PREFLIGHT_TIMEOUT_S)  # fmt: skip
         except subprocess.TimeoutExpired:
             raise LaunchTimeout(f"preflight timed out after {PREFLIGHT_TIMEOUT_S:g}s") from None
+        item.record.preflight_s = time.monotonic() - started
         (item.run_dir / "preflight.log").write_text(
             f"$ {shlex.join(argv)}\n{done.stdout}{done.stderr}"
         )
