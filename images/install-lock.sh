@@ -18,9 +18,10 @@ if [ -s /run/secrets/ca ]; then
   export SSL_CERT_FILE=/tmp/ca.pem PIP_CERT=/tmp/ca.pem
 fi
 python3 -m venv /opt/venv
+# Bytecode at build time: the image's user cannot write it into /opt/venv at run time.
 if [ -x /tmp/tools/uv ]; then
-  /tmp/tools/uv pip sync --no-cache --require-hashes --python /opt/venv/bin/python \
-    --find-links /tmp/wheels "$lock"
+  /tmp/tools/uv pip sync --no-cache --require-hashes --compile-bytecode \
+    --python /opt/venv/bin/python --find-links /tmp/wheels "$lock"
 else
   /opt/venv/bin/pip install --no-cache-dir --no-deps --require-hashes \
     --find-links /tmp/wheels -r "$lock"
