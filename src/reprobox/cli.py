@@ -188,7 +188,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         records = workflow.run_cells(
             root, repro, cells, _options(args), on_start=progress.start, on_record=progress.done
         )
-    ui.verdict_table(records, repro.spec.verdict.reproduced_if)
+    ui.verdict_table(records)
     return _conclude(records)
 
 
@@ -305,7 +305,7 @@ def cmd_image(args: argparse.Namespace) -> int:
                 records.append(record)
     if not records:
         return 0
-    ui.verdict_table(records, repro.spec.verdict.reproduced_if)
+    ui.verdict_table(records)
     return _conclude(records)
 
 
@@ -377,7 +377,6 @@ def _staleness(path: Path) -> str:
 def cmd_table(args: argparse.Namespace) -> int:
     root = _root()
     records = []
-    rules = []
     for name in args.repros or spec.discover(root):
         repro = spec.load(root, name)
         found = latest_records(root, name)
@@ -385,10 +384,9 @@ def cmd_table(args: argparse.Namespace) -> int:
             wanted = {c.label for c in matrix.default_cells(repro)}
             found = [r for r in found if r.label in wanted]
         records += found
-        rules += repro.spec.verdict.reproduced_if
     if not records:
         raise BadInput(f"no results on disk under {results_dir(root)}; run `make repro` first")
-    ui.verdict_table(records, rules)
+    ui.verdict_table(records)
     return _conclude(records)
 
 

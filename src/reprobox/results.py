@@ -43,6 +43,7 @@ class Record:
     reason: str = ""
     exit_code: int = 0  # the harness exit code this record implies on error
     metrics: dict[str, float] = field(default_factory=dict)
+    decided_by: list[str] = field(default_factory=list)  # the metrics the verdict rule read
     result: dict[str, Any] = field(default_factory=dict)
     command: list[str] = field(default_factory=list)
     returncode: int | None = None

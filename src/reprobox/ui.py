@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
@@ -17,7 +17,6 @@ from rich.table import Table
 
 from .matrix import Cell
 from .results import Record
-from .spec import Rule
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)  # a message stays one line
 out = Console(highlight=False)
@@ -143,21 +142,22 @@ def bisect_summary(summary: dict[str, Any]) -> None:
     out.print(summary["result"], markup=False)
 
 
-def verdict_table(records: Iterable[Record], rules: Sequence[Rule]) -> None:
-    """The verdict table: one row per cell, with the metrics the verdict rules read."""
-    metric_names = list(dict.fromkeys(rule.metric for rule in rules))
+def verdict_table(records: Iterable[Record]) -> None:
+    """The verdict table: one row per cell, with the metrics its verdict rule read."""
     table = Table(title="reprobox verdicts", show_lines=False)
-    for column in ["repro", "cell", "expected", "verdict", "status", *metric_names, "wall s"]:
-        table.add_column(column)
+    for column in ["repro", "cell", "expected", "verdict", "status", "decided by", "wall s"]:
+        table.add_column(column, overflow="fold")
     for record in records:
-        metrics = [_fmt(record.metrics.get(name)) for name in metric_names]
+        decided = ", ".join(
+            f"{name}={_fmt(record.metrics.get(name))}" for name in record.decided_by
+        )
         table.add_row(
             record.repro,
             record.label,
             record.expect,
             record.verdict or "error",
             record.status,
-            *metrics,
+            decided or record.reason,
             f"{record.wall_s:.1f}",
             style=_STATUS_STYLE.get(record.status),
         )

@@ -273,6 +273,7 @@ def judge_result(repro: Repro, item: Pending, outcome: launch.LaunchOutcome, log
     verdict, fired = decide(Verdict(result["verdict"]), result["metrics"], rules)
     record = item.record
     record.result, record.metrics = result, result["metrics"]
+    record.decided_by = list(dict.fromkeys(rule.metric for rule in rules))
     record.verdict = verdict.value
     record.status = judge(verdict, item.cell.expect, item.cell.also_ok).value
     record.reason = result.get("reason") or fired
