@@ -3,6 +3,7 @@ to run the `reprobox` command as a user would (a subprocess, exit code and all).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -49,6 +50,15 @@ def reprobox(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[st
         timeout=timeout,
         env={**os.environ, "COLUMNS": "200"},
     )
+
+
+def newest_records(results: Path, repro: str) -> dict[str, dict]:
+    """The newest record of every cell of `repro` under `results`, by cell label."""
+    found = {}
+    for path in sorted((results / repro).glob("*/*/record.json")):
+        record = json.loads(path.read_text())
+        found[record["label"]] = record
+    return found
 
 
 def write_repro(root: Path, name: str, toml: str, script: str = "script.py") -> Path:

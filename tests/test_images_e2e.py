@@ -8,7 +8,6 @@ tests out knowingly; without it they fail rather than skip silently.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, reprobox
+from conftest import ROOT, newest_records, reprobox
 from reprobox import images, spec
 from reprobox.errors import EnvError, ExitCode
 
@@ -45,14 +44,6 @@ def _image_args() -> list[str]:
     return args
 
 
-def _newest(results: Path, repro: str) -> dict[str, dict]:
-    found = {}
-    for path in sorted(results.glob(f"{repro}/*/*/record.json")):
-        record = json.loads(path.read_text())
-        found[record["label"]] = record
-    return found
-
-
 def _containers(engine: images.Engine) -> list[str]:
     listed = subprocess.run([engine.name, "ps", "-a", "--format", "{{.Names}}"],
                             capture_output=True, text=True, check=True)  # fmt: skip
@@ -70,8 +61,8 @@ def test_lm_head_image_reaches_the_venv_verdicts(
                      *_image_args(), timeout=3600)  # fmt: skip
     assert boxed.returncode == 0, boxed.stderr
     in_venv, in_image = (
-        _newest(tmp_path / "venv", "lm_head"),
-        _newest(tmp_path / "image", "lm_head"),
+        newest_records(tmp_path / "venv", "lm_head"),
+        newest_records(tmp_path / "image", "lm_head"),
     )
     for variant in ("broken", "fixed"):
         assert in_image[variant]["verdict"] == in_venv[variant]["verdict"]
@@ -130,7 +121,10 @@ def test_kl_image_reaches_the_venv_verdicts(
     boxed = reprobox("image", "kl", "--variant", "broken", "--variant", "fixed", "--run",
                      *_image_args(), timeout=3600)  # fmt: skip
     assert boxed.returncode == 0, boxed.stderr
-    in_venv, in_image = _newest(tmp_path / "venv", "kl"), _newest(tmp_path / "image", "kl")
+    in_venv, in_image = (
+        newest_records(tmp_path / "venv", "kl"),
+        newest_records(tmp_path / "image", "kl"),
+    )
     assert in_image["broken"]["verdict"] == "reproduced"
     assert in_image["fixed"]["verdict"] == "clean"
     for variant in ("broken", "fixed"):

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, reprobox
+from conftest import ROOT, newest_records, reprobox
 from reprobox.errors import ExitCode
 
 sys.path.insert(0, str(ROOT / "repros" / "kl"))
@@ -71,14 +70,6 @@ def test_exceptions_that_mean_cannot_test() -> None:
     assert ppo_step0.classify_exception(ValueError("shapes differ")) is None
 
 
-def _newest(results: Path) -> dict[str, dict]:
-    found = {}
-    for path in sorted(results.glob("kl/*/*/record.json")):
-        record = json.loads(path.read_text())
-        found[record["label"]] = record
-    return found
-
-
 @pytest.fixture
 def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "results"))
@@ -89,7 +80,7 @@ def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_default_variants_prove_the_bug_both_ways(results: Path) -> None:
     done = reprobox("run", "kl", timeout=3600)
     assert done.returncode == ExitCode.OK, done.stderr
-    records = _newest(results)
+    records = newest_records(results, "kl")
     assert set(records) == {"broken", "fixed", "workaround", "control_fp32"}
     broken = records["broken"]["result"]
     assert records["broken"]["verdict"] == "reproduced"
@@ -145,7 +136,7 @@ def test_newer_generations(results: Path) -> None:
                 "trl112_bf16_accelerate_only"]  # fmt: skip
     done = reprobox("run", "kl", *(f"--variant={v}" for v in variants), timeout=3600)
     assert done.returncode == ExitCode.OK, done.stderr
-    records = _newest(results)
+    records = newest_records(results, "kl")
     assert records["trl019_bf16_accelerate_only"]["verdict"] == "reproduced"
     assert records["trl019_bf16_ppo_config"]["verdict"] == "clean"
     assert records["trl112_bf16_accelerate_only"]["verdict"] == "clean"

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from conftest import reprobox
+from conftest import newest_records, reprobox
 from reprobox.errors import ExitCode
 
 pytestmark = pytest.mark.e2e
-
-
-def _newest(results: Path, repro: str) -> dict[str, dict]:
-    records = {}
-    for path in sorted((results / repro).glob("*/*/record.json")):
-        record = json.loads(path.read_text())
-        records[record["label"]] = record
-    return records
 
 
 @pytest.fixture
@@ -30,7 +21,7 @@ def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_default_variants_prove_the_bug_both_ways(results: Path) -> None:
     done = reprobox("run", "lm_head")
     assert done.returncode == ExitCode.OK, done.stderr
-    records = _newest(results, "lm_head")
+    records = newest_records(results, "lm_head")
     assert set(records) == {"broken", "fixed", "avg_op", "untied"}
 
     broken = records["broken"]["metrics"]
@@ -61,7 +52,7 @@ def test_default_variants_prove_the_bug_both_ways(results: Path) -> None:
 def test_matrix_factor_is_world_size_to_the_aliases_minus_one(results: Path) -> None:
     done = reprobox("run", "lm_head", "--matrix")
     assert done.returncode == ExitCode.OK, done.stderr
-    records = _newest(results, "lm_head")
+    records = newest_records(results, "lm_head")
     assert len(records) == 16
     for label, record in records.items():
         metrics = record["metrics"]

@@ -128,3 +128,20 @@ def env_threads() -> dict:
         "torch_threads": torch.get_num_threads(),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
     }
+
+
+def run_info(trainer, engine, args, path: str) -> dict:
+    """What every generation records about the run: device, backend, DeepSpeed's settings."""
+    state = trainer.accelerator.state
+    return {
+        "device": str(trainer.accelerator.device),
+        "backend": backend_name(),
+        "world_size": trainer.accelerator.num_processes,
+        "distributed_type": str(state.distributed_type),
+        "mixed_precision": str(state.mixed_precision),
+        "zero_stage": engine.zero_optimization_stage()
+        if hasattr(engine, "zero_optimization_stage")
+        else None,
+        "ds_bf16": engine.bfloat16_enabled() if hasattr(engine, "bfloat16_enabled") else None,
+        "model": path if args.hub else f"tiny-gpt2 (offline, {path.rsplit('/', 1)[-1]})",
+    }

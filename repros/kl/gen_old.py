@@ -88,7 +88,6 @@ def run(args, log) -> dict:
         max_new_tokens=args.max_new_tokens,
     )
     unwrap = trainer.accelerator.unwrap_model
-    state = trainer.accelerator.state
     rank_info = {
         "rank": trainer.accelerator.process_index,
         "policy_dtype": common.first_param_dtype(trainer.model),
@@ -138,17 +137,5 @@ def run(args, log) -> dict:
         **common.env_threads(),
     )
     # the policy's DeepSpeedEngine (trl 0.7.2 rewrites the plugin's config to stage 0)
-    engine = trainer.model
-    run_info = {
-        "device": str(trainer.accelerator.device),
-        "backend": common.backend_name(),
-        "world_size": trainer.accelerator.num_processes,
-        "distributed_type": str(state.distributed_type),
-        "mixed_precision": str(state.mixed_precision),
-        "zero_stage": engine.zero_optimization_stage()
-        if hasattr(engine, "zero_optimization_stage")
-        else None,
-        "ds_bf16": engine.bfloat16_enabled() if hasattr(engine, "bfloat16_enabled") else None,
-        "model": path if args.hub else f"tiny-gpt2 (offline, {path.rsplit('/', 1)[-1]})",
-    }
-    return {"rank": rank_info, "run": run_info}
+    run = common.run_info(trainer, trainer.model, args, path)
+    return {"rank": rank_info, "run": run}

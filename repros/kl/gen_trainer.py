@@ -240,18 +240,5 @@ def run_with(PPOConfig, PPOTrainer, args, log) -> dict:
         phase_seconds={k: round(v, 2) for k, v in phases.items()},
         **common.env_threads(),
     )
-    state = trainer.accelerator.state
-    engine = trainer.model
-    run_info = {
-        "device": str(trainer.accelerator.device),
-        "backend": common.backend_name(),
-        "world_size": trainer.accelerator.num_processes,
-        "distributed_type": str(state.distributed_type),
-        "mixed_precision": str(state.mixed_precision),
-        "zero_stage": engine.zero_optimization_stage()
-        if hasattr(engine, "zero_optimization_stage")
-        else None,
-        "ds_bf16": engine.bfloat16_enabled() if hasattr(engine, "bfloat16_enabled") else None,
-        "model": path if args.hub else f"tiny-gpt2 (offline, {path.rsplit('/', 1)[-1]})",
-    }
-    return {"rank": rank_info, "run": run_info}
+    run = common.run_info(trainer, trainer.model, args, path)
+    return {"rank": rank_info, "run": run}
