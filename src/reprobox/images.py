@@ -248,6 +248,7 @@ def run_cell(
     pending = workflow.new_pending(root, repro, cell, options)
     record, run_dir = pending.record, pending.run_dir
     record.lock, record.lock_hash = str(spec.lock), spec.tag.rsplit("-", 1)[-1]
+    record.runner = f"{engine.name} {spec.tag}"
     argv = container_argv(repro, cell.variant, workflow.script_args(repro, cell))
     launch_spec = repro.launch(cell.variant)
     env = {**launch_spec.env, RESULT_ENV: str(OUT / "result.json"),

@@ -53,6 +53,7 @@ class Record:
     lock: str = ""
     lock_hash: str = ""
     platform: str = "cpu"
+    runner: str = "venv"  # venv, or the container engine that ran the image
     started_at: str = ""
     dir: str = ""
     batch_dir: str = ""  # set when the cell ran in a launch led by another cell's directory
