@@ -164,9 +164,12 @@ def _cells(repro: spec.Repro, args: argparse.Namespace) -> list[matrix.Cell]:
         from .releases import versions_in_range
 
         return matrix.matrix_cells(repro, versions_in_range)
-    variants = args.variant or (repro.default_variants if not (packages or params) else None)
-    if variants is None:
-        variants = repro.spec.matrix.variants if repro.spec.matrix else repro.default_variants
+    if args.variant:
+        variants = args.variant
+    elif (packages or params) and repro.spec.matrix:
+        variants = repro.spec.matrix.variants  # a matrix point: the variants the matrix runs
+    else:
+        variants = repro.default_variants
     for name in variants:
         repro.variant(name)
     return [matrix.make_cell(repro, name, packages, params) for name in variants]
