@@ -24,13 +24,14 @@ from . import envs, launch, workflow
 from .errors import BadInput, EngineError, EnvError, LaunchTimeout
 from .matrix import Cell, make_cell
 from .pipconfig import find_links
-from .protocol import RESULT_ENV
+from .protocol import CACHE_ENV, RESULT_ENV
 from .results import Record
 from .spec import Repro
 
 IMAGE_USER = "10001"
 IN_IMAGE = {"venv": Path("/opt/venv"), "repro": Path("/opt/repro"), "fixes": Path("/opt/fixes")}
 OUT = Path("/out")
+CACHE = Path("/cache")
 BUILD_TIMEOUT_S = 3600
 
 
@@ -47,11 +48,12 @@ class Engine:
     def build_env(self) -> dict[str, str]:
         return {"DOCKER_BUILDKIT": "1"} if self.name == "docker" else {}  # RUN --mount, secrets
 
-    def out_mount(self, host_dir: Path) -> list[str]:
+    def out_mount(self, host_dir: Path, target: Path = OUT) -> list[str]:
+        """A host folder the image's (non-root) user can write."""
         if self.name == "podman":
-            return ["-v", f"{host_dir}:{OUT}:U"]  # hands the folder to the image's user
+            return ["-v", f"{host_dir}:{target}:U"]  # hands the folder to the image's user
         os.chown(host_dir, int(IMAGE_USER), int(IMAGE_USER))
-        return ["-v", f"{host_dir}:{OUT}"]
+        return ["-v", f"{host_dir}:{target}"]
 
     def gpu_flags(self) -> list[str]:
         return ["--gpus", "all"] if self.name == "docker" else ["--device", "nvidia.com/gpu=all"]
@@ -251,11 +253,14 @@ def run_cell(
     record.runner = f"{engine.name} {spec.tag}"
     argv = container_argv(repro, cell.variant, workflow.script_args(repro, cell))
     launch_spec = repro.launch(cell.variant)
-    env = {**launch_spec.env, RESULT_ENV: str(OUT / "result.json"),
+    env = {**launch_spec.env, RESULT_ENV: str(OUT / "result.json"), CACHE_ENV: str(CACHE),
            "PYTHONPATH": str(IN_IMAGE["fixes"]), "HF_HUB_OFFLINE": "1"}  # fmt: skip
+    # What the script builds (a tiny model, JIT ops) outlives the container, as in a venv run.
+    cache = envs.cache_dir() / "repro-cache" / f"{repro.name}-image"
+    cache.mkdir(parents=True, exist_ok=True)
     name = f"reprobox-{uuid.uuid4().hex[:12]}"
     cmd = [engine.name, "run", "--rm", "--name", name, "--shm-size", "1g",
-           *engine.out_mount(run_dir)]  # fmt: skip
+           *engine.out_mount(run_dir), *engine.out_mount(cache, CACHE)]  # fmt: skip
     for key, value in env.items():
         cmd += ["-e", f"{key}={value}"]
     cmd += [*(engine.gpu_flags() if gpus else []), spec.tag, *argv]
