@@ -61,3 +61,19 @@ def test_concurrent_creators_share_one_environment(tmp_path: Path) -> None:
     done = subprocess.run([env / "bin" / "python", "-c", "import six; print(six.__version__)"],
                           capture_output=True, text=True)  # fmt: skip
     assert done.stdout.strip() == "1.16.0"
+
+
+def test_split_lock_moves_whole_entries() -> None:
+    lock = textwrap.dedent("""\
+        # reprobox-lock input=abc
+        #   deepspeed==0.19.8
+        deepspeed==0.19.8 \\
+            --hash=sha256:aaa
+            # via -r -
+        Torch==2.13.0+cpu \\
+            --hash=sha256:bbb
+    """)
+    first, late = envs.split_lock(lock, ["DeepSpeed"])
+    assert late == "deepspeed==0.19.8 \\\n    --hash=sha256:aaa\n    # via -r -\n"
+    assert "Torch==2.13.0+cpu" in first and "deepspeed==" not in first.replace("#   deep", "")
+    assert envs.split_lock(lock, []) == (lock, "")

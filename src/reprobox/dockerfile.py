@@ -30,6 +30,7 @@ ARG GPU_BASE={gpu_base}
 TARGET = """
 FROM ${{{base_arg}}} AS {target}
 {system}ARG LOCK_SHA256=unset
+ARG INSTALL_ENV="{install_env}" NO_BUILD_ISOLATION="{no_build_isolation}"
 COPY lock.txt install-lock.sh /opt/reprobox/
 RUN --mount=type=bind,source=wheels,target=/tmp/wheels \\
     --mount=type=bind,source=tools,target=/tmp/tools \\
@@ -71,8 +72,19 @@ def render(repro: Repro) -> str:
     for target, base_arg, packages in (("cpu", "BASE", cpu_packages),
                                        ("gpu", "GPU_BASE", gpu_packages)):  # fmt: skip
         system = APT.format(packages=" ".join(dict.fromkeys(packages))) if packages else ""
-        text += TARGET.format(**fields, target=target, base_arg=base_arg, system=system)
+        text += TARGET.format(
+            **fields, target=target, base_arg=base_arg, system=system,
+            install_env=install_env_arg(repro, target),
+            no_build_isolation=" ".join(repro.spec.env.no_build_isolation),
+        )  # fmt: skip
     return text
+
+
+def install_env_arg(repro: Repro, platform: str) -> str:
+    """[env] install_env (and the platform's) as the INSTALL_ENV build argument."""
+    if platform != "cpu" and platform not in repro.spec.platforms:
+        platform = "cpu"
+    return " ".join(f"{k}={v}" for k, v in repro.install_env(platform).items())
 
 
 def dockerfile_path(root: Path, repro: Repro) -> Path:

@@ -15,10 +15,12 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock
+from packaging.utils import canonicalize_name
 
 from .errors import BadInput, EnvError
 from .pipconfig import find_links
@@ -158,20 +160,31 @@ class Env:
         return self.path / "bin" / name
 
 
-def env_hash(lock: Path, python: str, install_env: dict[str, str]) -> str:
+def env_hash(
+    lock: Path, python: str, install_env: dict[str, str], no_build_isolation: Sequence[str] = ()
+) -> str:
     body = "\n".join(line for line in lock.read_text().splitlines() if not line.startswith("#"))
-    payload = json.dumps({"lock": body, "python": python, "env": install_env}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    inputs: dict[str, object] = {"lock": body, "python": python, "env": install_env}
+    if no_build_isolation:
+        inputs["late"] = sorted(no_build_isolation)
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def ensure_env(lock: Path, python: str, install_env: dict[str, str] | None = None) -> Env:
+def ensure_env(
+    lock: Path,
+    python: str,
+    install_env: dict[str, str] | None = None,
+    no_build_isolation: Sequence[str] = (),
+) -> Env:
     """Return the venv for `lock`, creating it (under a file lock) if it is not ready.
 
     A venv only counts once its marker is written, so one interrupted mid-install is rebuilt
     rather than trusted; concurrent runs wait for each other instead of installing twice.
+    Packages in `no_build_isolation` (whose source build imports others from the lock, as
+    deepspeed's imports torch) are installed last, against the venv.
     """
     install_env = install_env or {}
-    digest = env_hash(lock, python, install_env)
+    digest = env_hash(lock, python, install_env, no_build_isolation)
     path = cache_dir() / "envs" / digest
     if (path / READY_MARKER).is_file():
         return Env(path, digest)
@@ -181,14 +194,35 @@ def ensure_env(lock: Path, python: str, install_env: dict[str, str] | None = Non
             return Env(path, digest)
         shutil.rmtree(path, ignore_errors=True)
         _run_uv([uv_bin(), "venv", "--quiet", "--python", python, str(path)], what="create venv")
-        python_bin = str(path / "bin" / "python")
-        cmd = [uv_bin(), "pip", "sync", "--quiet", "--require-hashes", "--python", python_bin]
-        cmd.append(str(lock))
-        for link in find_links():
-            cmd += ["--find-links", link]
-        _run_uv(cmd, what="install", env=install_env)
+        links = [arg for link in find_links() for arg in ("--find-links", link)]
+        pip = [uv_bin(), "pip", "--quiet"]
+        target = ["--require-hashes", "--python", str(path / "bin" / "python"), *links]
+        first, late = split_lock(lock.read_text(), no_build_isolation)
+        parts = path.with_name(path.name + ".parts")
+        parts.mkdir(exist_ok=True)
+        (parts / "first.txt").write_text(first)
+        _run_uv([*pip, "sync", *target, str(parts / "first.txt")], what="install", env=install_env)
+        if late:
+            (parts / "late.txt").write_text(late)
+            late_cmd = [*pip, "install", "--no-deps", "--no-build-isolation", *target]
+            _run_uv([*late_cmd, "-r", str(parts / "late.txt")], what="install", env=install_env)
+        shutil.rmtree(parts, ignore_errors=True)
         (path / READY_MARKER).write_text(lock.read_text())
     return Env(path, digest, created=True)
+
+
+def split_lock(text: str, late: Sequence[str]) -> tuple[str, str]:
+    """A lock's entries without, and with only, the `late` packages (two installable files)."""
+    wanted = {canonicalize_name(name) for name in late}
+    first: list[str] = []
+    second: list[str] = []
+    target = first
+    for line in text.splitlines(keepends=True):
+        if line[:1] not in ("", " ", "#", "\n"):
+            name = re.split(r"[=<>!~ ;\[]", line, maxsplit=1)[0]
+            target = second if canonicalize_name(name) in wanted else first
+        target.append(line)
+    return "".join(first), "".join(second)
 
 
 _NO_VERSION = re.compile(r"there is no version of ([^\s,]+)")

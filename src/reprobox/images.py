@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import envs, launch, workflow
+from .dockerfile import install_env_arg
 from .errors import BadInput, EngineError, EnvError, LaunchTimeout
 from .matrix import Cell, make_cell
 from .pipconfig import find_links
@@ -148,6 +149,8 @@ def build(
         cmd = [engine.name, "build", "--target", spec.platform, "-f", str(spec.dockerfile),
                "-t", spec.tag, "--label", f"org.reprobox.versions={versions}"]  # fmt: skip
         args = {
+            "INSTALL_ENV": install_env_arg(spec.repro, spec.platform),
+            "NO_BUILD_ISOLATION": " ".join(spec.repro.spec.env.no_build_isolation),
             "LOCK_SHA256": spec.lock_sha256, "REPRO": spec.repro.name, "VARIANT": spec.variant,
             "REPRO_COMMAND": shlex.join(container_argv(spec.repro, spec.variant)),
         }  # fmt: skip

@@ -73,6 +73,8 @@ class EnvSection(_Section):
     pins: list[str] = Field(min_length=1)
     exclude_newer: str | None = None
     install_env: dict[str, str] = {}
+    # Built from source against the environment (their setup imports torch, say): last.
+    no_build_isolation: list[str] = []
 
 
 class Rule(_Section):

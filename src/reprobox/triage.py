@@ -91,7 +91,10 @@ class Prober:
         except ReproboxError as exc:
             return {**entry, "verdict": None, "skip": True, "reason": str(exc), "wall_s": 0.0}
         repro, platform = self.target.repro, self.target.options.platform
-        digest = envs.env_hash(lock, repro.python(platform), repro.install_env(platform))
+        digest = envs.env_hash(
+            lock, repro.python(platform), repro.install_env(platform),
+            repro.spec.env.no_build_isolation,
+        )  # fmt: skip
         entry["lock_hash"] = digest
         for earlier in list(self.log.entries.values()):
             # Another item that resolved to the very same environment (days often do).
@@ -128,7 +131,12 @@ class Prober:
     def _warm(self, item: Any) -> None:
         repro, platform = self.target.repro, self.target.options.platform
         try:
-            envs.ensure_env(self.prepare(item), repro.python(platform), repro.install_env(platform))
+            envs.ensure_env(
+                self.prepare(item),
+                repro.python(platform),
+                repro.install_env(platform),
+                repro.spec.env.no_build_isolation,
+            )
         except ReproboxError:
             pass  # the probe itself will meet the same failure and skip
 

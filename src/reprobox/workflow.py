@@ -173,7 +173,12 @@ def _prepare_env(repro: Repro, item: Pending, options: RunOptions) -> None:
             repro, item.cell.variant, options.platform, dict(item.cell.packages)
         )
         platform = options.platform
-        item.env = envs.ensure_env(lock, repro.python(platform), repro.install_env(platform))
+        item.env = envs.ensure_env(
+            lock,
+            repro.python(platform),
+            repro.install_env(platform),
+            repro.spec.env.no_build_isolation,
+        )
         item.record.lock, item.record.lock_hash = str(lock), item.env.lock_hash
         item.record.env_s = time.monotonic() - started
 
