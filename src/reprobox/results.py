@@ -89,10 +89,19 @@ def latest_records(root: Path, repro: str) -> list[Record]:
     records = []
     cells = [p for p in base.glob("*") if p.is_dir() and not p.name.startswith("_")]
     for cell_dir in sorted(cells):
-        for run_dir in sorted((p for p in cell_dir.iterdir() if p.is_dir()), reverse=True):
+        # Newest by the record's own write time: two runs within one second sort right too.
+        for run_dir in sorted((p for p in cell_dir.iterdir() if p.is_dir()), key=_written,
+                              reverse=True):  # fmt: skip
             try:
                 records.append(Record.load(run_dir / RECORD_FILE))
                 break
             except (OSError, ValueError, TypeError):
                 continue
     return records
+
+
+def _written(run_dir: Path) -> float:
+    try:
+        return (run_dir / RECORD_FILE).stat().st_mtime
+    except OSError:
+        return 0.0
