@@ -55,6 +55,9 @@ def test_default_variants_match(toy_root: Path) -> None:
     record = _records(toy_root, "reproduced")[0]
     assert record["verdict"] == "reproduced" and record["metrics"] == {"level": 1.0}
     assert (Path(record["dir"]) / "rank1.log").is_file()
+    table = reprobox("table", "toy", "--default")  # the newest verdicts, from disk
+    assert table.returncode == ExitCode.OK, table.stderr
+    assert "reproduced" in table.stdout and "level=1" in table.stdout
 
 
 def test_a_verdict_that_misses_its_expectation_fails(toy_root: Path) -> None:
