@@ -16,7 +16,8 @@ from pathlib import Path
 
 import nox
 
-from reprobox import sessions, spec
+from reprobox.core import spec
+from reprobox.scaleout import noxview as sessions
 
 ROOT = Path(__file__).parent
 HARNESS = [sys.executable, "-m", "reprobox"]  # the interpreter running nox has the harness
@@ -27,6 +28,11 @@ nox.options.tags = ["default"]  # plain `nox` runs the main job
 nox.options.error_on_missing_interpreters = True
 
 
+def _harness(session: nox.Session, command: str, *args: str) -> None:
+    """`reprobox <command>` with the session's arguments after `--`."""
+    session.run(*HARNESS, command, *args, *session.posargs, external=True)
+
+
 def _register_repro(name: str) -> None:
     names, cells, warning = sessions.session_cells(ROOT, name)
 
@@ -34,7 +40,7 @@ def _register_repro(name: str) -> None:
         if warning:
             session.warn(warning)
         cell = next(c for c in cells if c.call_spec == call_spec)
-        session.run(*HARNESS, "run", name, *cell.args, *session.posargs, external=True)
+        _harness(session, "run", name, *cell.args)
 
     run_cell.__doc__ = f"{spec.load(ROOT, name).spec.repro.title}"
     params = [nox.param(*c.call_spec.values(), id=c.id, tags=c.tags) for c in cells]
@@ -49,15 +55,15 @@ for _name in spec.discover(ROOT):
 @nox.session(venv_backend="none")
 def verdicts(session: nox.Session) -> None:
     """The newest verdict of every default cell on disk (`-- --all` for every cell)."""
-    args = session.posargs if "--all" not in session.posargs else []
+    repros = [arg for arg in session.posargs if arg != "--all"]
     default = [] if "--all" in session.posargs else ["--default"]
-    session.run(*HARNESS, "table", *default, *args, external=True)
+    session.run(*HARNESS, "table", *default, *repros, external=True)
 
 
 @nox.session(venv_backend="none")
 def lock(session: nox.Session) -> None:
     """Regenerate from repro.toml: a hashed lock per (repro, variant, platform), Dockerfiles."""
-    session.run(*HARNESS, "lock", *session.posargs, external=True)
+    _harness(session, "lock")
 
 
 @nox.session
@@ -79,25 +85,25 @@ def lint(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def bisect(session: nox.Session) -> None:
     """Where a verdict flips: -- <repro> [--package P --good V --bad V | --by-date A..B]."""
-    session.run(*HARNESS, "bisect", *session.posargs, external=True)
+    _harness(session, "bisect")
 
 
 @nox.session(venv_backend="none")
 def report(session: nox.Session) -> None:
     """Upstream-ready report from results on disk: -- REPRO [--out DIR] [--post OWNER/REPO#N]."""
-    session.run(*HARNESS, "report", *session.posargs, external=True)
+    _harness(session, "report")
 
 
 @nox.session(venv_backend="none")
 def k8s(session: nox.Session) -> None:
     """A Kubernetes Indexed Job, one pod per cell: -- REPRO --image-prefix REGISTRY/PATH."""
-    session.run(*HARNESS, "k8s", *session.posargs, external=True)
+    _harness(session, "k8s")
 
 
 @nox.session(venv_backend="none")
 def image(session: nox.Session) -> None:
     """A variant's pinned image: -- REPRO --variant V [--platform cpu|gpu] [--run] [--base I]."""
-    session.run(*HARNESS, "image", *session.posargs, external=True)
+    _harness(session, "image")
 
 
 @nox.session(venv_backend="none")

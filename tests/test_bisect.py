@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from reprobox.bisect import BisectError, bisect, ddmin
-from reprobox.protocol import Verdict
+from reprobox.bisect.search import BisectError, bisect, ddmin
+from reprobox.core.protocol import Verdict
 
 R, C = Verdict.REPRODUCED, Verdict.CLEAN
 

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from reprobox import envs
+from reprobox.envs import locks, uv, venvs
 
 
 def test_input_hash_ignores_order_but_not_content() -> None:
-    a = envs.LockRequest(("torch==2.13.0", "numpy<2"), "3.11")
-    b = envs.LockRequest(("numpy<2", "torch==2.13.0"), "3.11")
+    a = locks.LockRequest(("torch==2.13.0", "numpy<2"), "3.11")
+    b = locks.LockRequest(("numpy<2", "torch==2.13.0"), "3.11")
     assert a.input_hash == b.input_hash
-    assert a.input_hash != envs.LockRequest(("numpy<2",), "3.11").input_hash
-    assert a.input_hash != envs.LockRequest(a.requirements, "3.10").input_hash
-    dated = envs.LockRequest(
+    assert a.input_hash != locks.LockRequest(("numpy<2",), "3.11").input_hash
+    assert a.input_hash != locks.LockRequest(a.requirements, "3.10").input_hash
+    dated = locks.LockRequest(
         a.requirements, "3.11", exclude_newer_packages=(("numpy", "2023-09-16"),)
     )
     assert dated.input_hash != a.input_hash
@@ -31,7 +31,7 @@ def test_uv_errors_become_one_line() -> None:
           cause: Because there is no version of trl==0.7.99 and you require trl==0.7.99, we can
         conclude that your requirements are unsatisfiable.
     """)
-    line = envs.summarize_uv_error(stderr)
+    line = uv.summarize_uv_error(stderr)
     assert "\n" not in line
     assert line.startswith("No solution found when resolving dependencies; cause: Because")
 
@@ -40,13 +40,13 @@ def test_uv_errors_become_one_line() -> None:
 def test_concurrent_creators_share_one_environment(tmp_path: Path) -> None:
     """Two processes (two bisects, say) ask for the same environment at once."""
     cache = tmp_path / "cache"
-    lock = envs.compile_lock(envs.LockRequest(("six==1.16.0",), "3.11"), tmp_path / "six.txt")
+    lock = locks.compile_lock(locks.LockRequest(("six==1.16.0",), "3.11"), tmp_path / "six.txt")
     script = textwrap.dedent(f"""
         import os, sys
         os.environ["REPROBOX_CACHE"] = {str(cache)!r}
         from pathlib import Path
-        from reprobox import envs
-        env = envs.ensure_env(Path({str(lock)!r}), "3.11")
+        from reprobox.envs import venvs
+        env = venvs.ensure_env(Path({str(lock)!r}), "3.11")
         print(env.path, env.created)
     """)
     procs = [
@@ -73,7 +73,7 @@ def test_split_lock_moves_whole_entries() -> None:
         Torch==2.13.0+cpu \\
             --hash=sha256:bbb
     """)
-    first, late = envs.split_lock(lock, ["DeepSpeed"])
+    first, late = venvs.split_lock(lock, ["DeepSpeed"])
     assert late == "deepspeed==0.19.8 \\\n    --hash=sha256:aaa\n    # via -r -\n"
     assert "Torch==2.13.0+cpu" in first and "deepspeed==" not in first.replace("#   deep", "")
-    assert envs.split_lock(lock, []) == (lock, "")
+    assert venvs.split_lock(lock, []) == (lock, "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from reprobox.pipconfig import find_links
+from reprobox.envs.torch_source import find_links
 
 
 def test_no_path_of_this_machine_is_committed(root: Path) -> None:

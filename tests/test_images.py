@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import reprobox
-from reprobox import images, spec
-from reprobox.errors import EngineError, EnvError, ExitCode
+from reprobox.core import spec
+from reprobox.core.errors import EngineError, EnvError, ExitCode
+from reprobox.run.backends import container as images
 
 
 def _dockerfiles(root: Path) -> list[Path]:

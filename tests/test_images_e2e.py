@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, newest_records, reprobox
-from reprobox import images, spec
-from reprobox.errors import EnvError, ExitCode
+from reprobox.core import spec
+from reprobox.core.errors import EnvError, ExitCode
+from reprobox.run.backends import container as images
 
 pytestmark = [pytest.mark.e2e, pytest.mark.container]
 BASE = os.environ.get("REPROBOX_BASE_IMAGE", "localhost/reprobox-base:bookworm-py3.11")
@@ -50,20 +51,24 @@ def _containers(engine: images.Engine) -> list[str]:
     return [n for n in listed.stdout.split() if n.startswith("reprobox-")]
 
 
+def _venv_then_image(
+    repro: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, dict], dict[str, dict]]:
+    """broken and fixed run in their venvs, then in their images: the newest records of each."""
+    variants = ["--variant", "broken", "--variant", "fixed"]
+    monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "venv"))
+    venv = reprobox("run", repro, *variants, timeout=3600)
+    assert venv.returncode == 0, venv.stderr
+    monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "image"))
+    boxed = reprobox("image", repro, *variants, "--run", *_image_args(), timeout=3600)
+    assert boxed.returncode == 0, boxed.stderr
+    return newest_records(tmp_path / "venv", repro), newest_records(tmp_path / "image", repro)
+
+
 def test_lm_head_image_reaches_the_venv_verdicts(
     engine: images.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "venv"))
-    venv = reprobox("run", "lm_head", "--variant", "broken", "--variant", "fixed")
-    assert venv.returncode == 0, venv.stderr
-    monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "image"))
-    boxed = reprobox("image", "lm_head", "--variant", "broken", "--variant", "fixed", "--run",
-                     *_image_args(), timeout=3600)  # fmt: skip
-    assert boxed.returncode == 0, boxed.stderr
-    in_venv, in_image = (
-        newest_records(tmp_path / "venv", "lm_head"),
-        newest_records(tmp_path / "image", "lm_head"),
-    )
+    in_venv, in_image = _venv_then_image("lm_head", tmp_path, monkeypatch)
     for variant in ("broken", "fixed"):
         assert in_image[variant]["verdict"] == in_venv[variant]["verdict"]
         assert in_image[variant]["metrics"]["lm_head_over_mean"] == pytest.approx(
@@ -114,17 +119,7 @@ def test_kl_image_reaches_the_venv_verdicts(
 ) -> None:
     """The real DeepSpeed ZeRO-2 run inside the kl CPU image (g++ and ninja in the image for
     DeepSpeed's op build) gives the venv's verdicts and the very same step-0 numbers."""
-    monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "venv"))
-    venv = reprobox("run", "kl", "--variant", "broken", "--variant", "fixed", timeout=3600)
-    assert venv.returncode == 0, venv.stderr
-    monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "image"))
-    boxed = reprobox("image", "kl", "--variant", "broken", "--variant", "fixed", "--run",
-                     *_image_args(), timeout=3600)  # fmt: skip
-    assert boxed.returncode == 0, boxed.stderr
-    in_venv, in_image = (
-        newest_records(tmp_path / "venv", "kl"),
-        newest_records(tmp_path / "image", "kl"),
-    )
+    in_venv, in_image = _venv_then_image("kl", tmp_path, monkeypatch)
     assert in_image["broken"]["verdict"] == "reproduced"
     assert in_image["fixed"]["verdict"] == "clean"
     for variant in ("broken", "fixed"):

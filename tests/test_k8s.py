@@ -14,10 +14,11 @@ import yaml
 from packaging.version import Version
 from test_report import fake_repro, save_record
 
-from reprobox import jobs, k8s, report_cli
-from reprobox.errors import BadInput
-from reprobox.releases import Release
-from reprobox.results import RECORD_FILE, Record, results_dir
+from reprobox.cli import report as report_cli
+from reprobox.core.errors import BadInput
+from reprobox.core.records import RECORD_FILE, Record, results_dir
+from reprobox.envs.index import Release
+from reprobox.scaleout import jobs, k8s
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, newest_records, reprobox
-from reprobox.errors import ExitCode
+from reprobox.core.errors import ExitCode
 
 sys.path.insert(0, str(ROOT / "repros" / "kl"))
 import ppo_step0

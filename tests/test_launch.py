@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from reprobox import launch
+from reprobox.run import launcher as launch
 
 
 @pytest.fixture

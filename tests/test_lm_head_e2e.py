@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import newest_records, reprobox
-from reprobox.errors import ExitCode
+from reprobox.core.errors import ExitCode
 
 pytestmark = pytest.mark.e2e
 

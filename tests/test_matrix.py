@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from reprobox import matrix, spec
-from reprobox.errors import BadInput
-from reprobox.protocol import Expectation, Verdict
+from reprobox.core import cells as matrix
+from reprobox.core import spec
+from reprobox.core.errors import BadInput
+from reprobox.core.protocol import Expectation, Verdict
 
 
 def test_default_cells_are_the_default_variants(toy_root: Path) -> None:

@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 from conftest import reprobox
-from reprobox import envs, spec, workflow
+from reprobox.core import spec
+from reprobox.envs import locks
+from reprobox.run import pipeline as workflow
 
 
 def _nox(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -41,5 +43,5 @@ def test_committed_locks_agree_with_repro_toml(root: Path) -> None:
         for variant in repro.variants_on("cpu"):
             lock = workflow.lock_path(repro, variant, "cpu")
             request = workflow.lock_request(repro, variant, "cpu")
-            assert envs.lock_input_hash(lock) == request.input_hash, lock
+            assert locks.lock_input_hash(lock) == request.input_hash, lock
             assert "--hash=sha256:" in lock.read_text()

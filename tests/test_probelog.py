@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from reprobox.errors import BadInput
-from reprobox.probelog import ProbeLog
+from reprobox.bisect.log import ProbeLog
+from reprobox.core.errors import BadInput
 
 HEADER = {"kind": "release", "repro": "kl", "package": "trl", "good": "0.7.2", "bad": "0.4.7"}
 

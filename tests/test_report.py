@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from reprobox import plots, report, report_cli
-from reprobox.errors import BadInput
-from reprobox.results import Record, new_run_dir, results_dir
+from reprobox.cli import report as report_cli
+from reprobox.core.errors import BadInput
+from reprobox.core.records import Record, new_run_dir, results_dir
+from reprobox.report import build as report
+from reprobox.report import plots
 
 FAKE_TOML = """\
 [repro]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from conftest import write_repro
-from reprobox import spec
-from reprobox.errors import BadInput, ExitCode, SpecError
+from reprobox.core import spec
+from reprobox.core.errors import BadInput, ExitCode, SpecError
 
 GOOD = """
 [repro]

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from conftest import reprobox
-from reprobox.errors import ExitCode
+from reprobox.core.errors import ExitCode
 
 pytestmark = pytest.mark.e2e
 

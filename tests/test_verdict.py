@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from reprobox.errors import LaunchError
-from reprobox.protocol import Expectation, Verdict, read_result
-from reprobox.spec import Rule
-from reprobox.verdict import Status, decide, judge
+from reprobox.core.errors import LaunchError
+from reprobox.core.judge import Status, decide, judge
+from reprobox.core.protocol import Expectation, Verdict, read_result
+from reprobox.core.spec import Rule
 
 RULES = [Rule(metric="diff", above=1e-6), Rule(metric="kl", above=0.0)]
 

@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from reprobox.cli.main import main
 
 sys.exit(main())

@@ -17,7 +17,9 @@ from pathlib import Path
 
 from common import HARNESS, ROOT, emit
 
-from reprobox import envs, spec, workflow
+from reprobox.core import spec
+from reprobox.envs import torch_source, uv
+from reprobox.run import pipeline as workflow
 
 
 def bisect_run(repro: str, log: Path) -> dict:
@@ -38,8 +40,8 @@ def env_creation(repro_name: str, variant: str) -> dict:
     repro = spec.load(ROOT, repro_name)
     lock = workflow.lock_for(repro, variant)
     scratch = Path(tempfile.mkdtemp(prefix="bench-env-"))
-    uv = envs.uv_bin()
-    links = [arg for link in envs.find_links() for arg in ("--find-links", link)]
+    uv_path = uv.uv_bin()
+    links = [arg for link in torch_source.find_links() for arg in ("--find-links", link)]
     install_env = {**os.environ, **repro.install_env()}
     figures = {"lock": str(lock.relative_to(ROOT)) if lock.is_relative_to(ROOT) else str(lock)}
 
@@ -52,8 +54,8 @@ def env_creation(repro_name: str, variant: str) -> dict:
         figures[name] = round(time.perf_counter() - started, 1)
         shutil.rmtree(venv, ignore_errors=True)
 
-    uv_cmds = [[uv, "venv", "-q", "{venv}"],
-               [uv, "pip", "sync", "-q", "--require-hashes", "--python", "{venv}/bin/python",
+    uv_cmds = [[uv_path, "venv", "-q", "{venv}"],
+               [uv_path, "pip", "sync", "-q", "--require-hashes", "--python", "{venv}/bin/python",
                 *links, str(lock)]]  # fmt: skip
     pip_cmds = [["python3", "-m", "venv", "{venv}"],
                 ["{venv}/bin/pip", "install", "-q", "--no-deps", "--require-hashes", "-r",

@@ -15,7 +15,8 @@ import time
 
 from common import HARNESS, ROOT, emit, summarize, timed
 
-from reprobox import images, spec
+from reprobox.core import spec
+from reprobox.run.backends import container as images
 
 
 def main() -> None:

@@ -12,10 +12,12 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from . import jobs, k8s, spec, ui
-from .errors import BadInput
-from .post import parse_target, post
-from .releases import SimpleIndex, select
+from reprobox.cli import ui
+from reprobox.core import spec
+from reprobox.core.errors import BadInput
+from reprobox.envs.index import SimpleIndex, select
+from reprobox.report.post import parse_target, post
+from reprobox.scaleout import jobs, k8s
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -79,7 +81,7 @@ def _progress() -> AbstractContextManager[Any]:
 
 def cmd_report(args: argparse.Namespace) -> int:
     root = spec.repo_root()
-    from .report import ReportOptions, write_report  # matplotlib: only when reporting
+    from reprobox.report.build import ReportOptions, write_report  # matplotlib: only when reporting
 
     options = ReportOptions(out=args.out, collect_env=not args.no_env)
     target = parse_target(args.post) if args.post else None  # bad input fails before any work

@@ -13,10 +13,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from . import images, matrix, sessions, spec
-from .errors import BadInput, ReproboxError
-from .matrix import Cell
-from .workflow import script_args
+from reprobox.core import cells as matrix
+from reprobox.core import spec
+from reprobox.core.cells import Cell
+from reprobox.core.errors import BadInput, ReproboxError
+from reprobox.run.backends import container as images
+from reprobox.run.pipeline import script_args
+from reprobox.scaleout import noxview as sessions
 
 Which = Literal["default", "matrix", "all"]
 GITHUB_MATRIX_LIMIT = 256  # jobs one GitHub Actions matrix may hold
@@ -54,16 +57,6 @@ class JobCell:
         return {**asdict(self), "image_tag": self.image_tag}
 
 
-def cell_run_args(cell: Cell, platform: str = "cpu") -> list[str]:
-    """`reprobox run` arguments that select exactly this cell."""
-    args = ["--variant", cell.variant]
-    args += [f"--with={k}=={v}" for k, v in cell.packages]
-    args += [f"--param={k}={v}" for k, v in cell.params]
-    if platform != "cpu":
-        args += ["--platform", platform]
-    return args
-
-
 def image_launch(repro: spec.Repro, variant: str) -> list[str]:
     """The launcher command inside the repro's image, up to and including the script (each
     pod streams its own output, so no per-rank log folder)."""
@@ -77,7 +70,7 @@ def select_cells(root: Path, name: str, which: Which = "all") -> list[Cell]:
     if which in ("default", "all"):
         cells += matrix.default_cells(repro)
     if which in ("matrix", "all"):
-        from .releases import versions_in_range
+        from reprobox.envs.index import versions_in_range
 
         cells += matrix.matrix_cells(repro, versions_in_range)
     return cells
@@ -93,16 +86,10 @@ def job_cells(root: Path, name: str, which: Which = "all", platform: str = "cpu"
         jobs.append(
             JobCell(
                 index=index,
-                repro=repro.name,
-                variant=cell.variant,
-                label=cell.label,
+                **cell.identity(),
                 slug=cell.slug,
-                packages=dict(cell.packages),
-                params=dict(cell.params),
-                expect=cell.expect.value,
-                also_ok=[v.value for v in cell.also_ok],
                 platform=platform,
-                run_args=cell_run_args(cell, platform),
+                run_args=cell.run_args(platform),
                 launch=image_launch(repro, cell.variant),
                 args=script_args(repro, cell),
                 env=dict(launch.env),

@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .matrix import Cell
-from .results import Record
+from reprobox.core.cells import Cell
+from reprobox.core.records import Record
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)  # a message stays one line
 out = Console(highlight=False)

@@ -29,8 +29,9 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from .envs import cache_dir, index_url
-from .errors import BadInput, EnvError
+from reprobox.core.errors import BadInput, EnvError
+from reprobox.core.settings import cache_dir
+from reprobox.envs.uv import index_url
 
 CACHE_TTL_S = 24 * 3600
 ACCEPT = "application/vnd.pypi.simple.v1+json"

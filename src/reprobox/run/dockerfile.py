@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .spec import Repro
+from reprobox.core.spec import Repro
 
 HEADER = """\
 # GENERATED from repros/{name}/repro.toml by `nox -s lock` - edit [image] there, or the template
-# in src/reprobox/dockerfile.py, not this file.
+# in src/reprobox/run/dockerfile.py, not this file.
 #
 # Pinned image of the {name} repro: {title}
 # Build and run it with the harness, which assembles the build context (images/README.md):

@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from .results import Record
+from reprobox.core.records import Record
 
 _RANK = re.compile(r"^(?P<family>.+?)[_-]?rank(?P<rank>\d+)$")
 _LINESTYLES = ["-", "--", ":", "-."]

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 
-from .errors import LaunchError
-from .protocol import Expectation, Verdict
-from .spec import Rule
+from reprobox.core.errors import LaunchError
+from reprobox.core.protocol import Expectation, Verdict
+from reprobox.core.spec import Rule
 
 
 class Status(StrEnum):

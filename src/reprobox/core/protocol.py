@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from .errors import LaunchError
+from reprobox.core.errors import LaunchError
 
 RESULT_ENV = "REPRO_RESULT"
 CACHE_ENV = "REPRO_CACHE"  # a folder the script may keep built things in (models, ops)
@@ -29,10 +29,6 @@ class Verdict(StrEnum):
     @property
     def exit_code(self) -> int:
         return {"clean": 0, "reproduced": 1, "cannot_test": 125}[self.value]
-
-    @classmethod
-    def from_exit_code(cls, code: int) -> Verdict | None:
-        return {0: cls.CLEAN, 1: cls.REPRODUCED, 125: cls.CANNOT_TEST}.get(code)
 
 
 class Expectation(StrEnum):

@@ -24,14 +24,16 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from . import envs, matrix, workflow
-from .bisect import BisectError, BisectResult, bisect, ddmin
-from .errors import BadInput, ExitCode, LaunchError, ReproboxError
-from .probelog import ProbeLog
-from .protocol import Verdict
-from .releases import PackageIndex, select
-from .results import results_dir
-from .spec import Repro
+from reprobox.bisect.log import ProbeLog
+from reprobox.bisect.search import BisectError, BisectResult, bisect, ddmin
+from reprobox.core import cells as matrix
+from reprobox.core.errors import BadInput, ExitCode, LaunchError, ReproboxError
+from reprobox.core.protocol import Verdict
+from reprobox.core.records import results_dir
+from reprobox.core.spec import Repro
+from reprobox.envs import locks, venvs
+from reprobox.envs.index import PackageIndex, select
+from reprobox.run import pipeline as workflow
 
 
 @dataclass(frozen=True)
@@ -91,10 +93,7 @@ class Prober:
         except ReproboxError as exc:
             return {**entry, "verdict": None, "skip": True, "reason": str(exc), "wall_s": 0.0}
         repro, platform = self.target.repro, self.target.options.platform
-        digest = envs.env_hash(
-            lock, repro.python(platform), repro.install_env(platform),
-            repro.spec.env.no_build_isolation,
-        )  # fmt: skip
+        digest = venvs.env_hash(lock, *workflow.env_inputs(repro, platform))
         entry["lock_hash"] = digest
         for earlier in list(self.log.entries.values()):
             # Another item that resolved to the very same environment (days often do).
@@ -131,12 +130,7 @@ class Prober:
     def _warm(self, item: Any) -> None:
         repro, platform = self.target.repro, self.target.options.platform
         try:
-            envs.ensure_env(
-                self.prepare(item),
-                repro.python(platform),
-                repro.install_env(platform),
-                repro.spec.env.no_build_isolation,
-            )
+            workflow.ensure_env(repro, self.prepare(item), platform)
         except ReproboxError:
             pass  # the probe itself will meet the same failure and skip
 
@@ -271,8 +265,8 @@ def date_bisect(
 
     def prepare(item: Any) -> Path:
         if isinstance(item, date):
-            return envs.cached_lock(_as_of(target, floated, item))
-        return envs.cached_lock(_pinned(target, item))
+            return locks.cached_lock(_as_of(target, floated, item))
+        return locks.cached_lock(_pinned(target, item))
 
     def describe(item: Any) -> str:
         return str(item) if isinstance(item, date) else "changes:" + ",".join(sorted(item[1]))
@@ -311,7 +305,7 @@ def date_bisect(
     return _write_summary(log, summary)
 
 
-def _as_of(target: Target, floated: set[str], day: date) -> envs.LockRequest:
+def _as_of(target: Target, floated: set[str], day: date) -> locks.LockRequest:
     """The repro's requirements with the floated packages unpinned and resolved as of `day`."""
     repro, platform = target.repro, target.options.platform
     requirements = []
@@ -319,7 +313,7 @@ def _as_of(target: Target, floated: set[str], day: date) -> envs.LockRequest:
         name = canonicalize_name(re.split(r"[<>=!~;\[ ]", pin, maxsplit=1)[0])
         requirements.append(name if name in floated else pin)
     cutoff = (day + timedelta(days=1)).isoformat()  # everything uploaded on `day` counts
-    return envs.LockRequest(
+    return locks.LockRequest(
         requirements=tuple(requirements),
         python=repro.python(platform),
         platform=platform,
@@ -328,11 +322,11 @@ def _as_of(target: Target, floated: set[str], day: date) -> envs.LockRequest:
     )
 
 
-def _pinned(target: Target, item: tuple) -> envs.LockRequest:
+def _pinned(target: Target, item: tuple) -> locks.LockRequest:
     """Exactly the given versions (a delta-debugging step between two resolutions)."""
     _, _, pins = item
     repro, platform = target.repro, target.options.platform
-    return envs.LockRequest(
+    return locks.LockRequest(
         requirements=tuple(f"{name}=={version}" for name, version in pins if version),
         python=repro.python(platform),
         platform=platform,

@@ -22,13 +22,13 @@ from typing import Any
 
 import yaml
 
-from . import spec
-from .errors import BadInput, LaunchError
-from .jobs import JobCell
-from .matrix import Cell
-from .protocol import Expectation, Verdict, read_result
-from .results import RECORD_FILE, Record, new_run_dir, results_dir
-from .verdict import Status, decide, judge
+from reprobox.core import spec
+from reprobox.core.cells import Cell
+from reprobox.core.errors import BadInput, LaunchError
+from reprobox.core.judge import Status, decide, judge
+from reprobox.core.protocol import Expectation, Verdict, read_result
+from reprobox.core.records import RECORD_FILE, Record, new_run_dir, results_dir
+from reprobox.scaleout.jobs import JobCell
 
 CELLS_KEY = "cells.json"
 CELLS_MOUNT = "/etc/reprobox"

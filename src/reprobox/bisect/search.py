@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from .errors import BadInput
-from .protocol import Verdict
+from reprobox.core.errors import BadInput
+from reprobox.core.protocol import Verdict
 
 T = TypeVar("T")
 # (item, attempt) -> verdict, or None to skip; attempt > 1 only for confirmation re-runs
@@ -33,10 +33,6 @@ class BisectResult(Generic[T]):
     candidates: list[T]  # where the flip can be (one item when found)
     probes: list[tuple[T, int, Verdict | None]] = field(default_factory=list)
     flaky: list[T] = field(default_factory=list)
-
-    @property
-    def distinct_probed(self) -> int:
-        return len({item for item, _, _ in self.probes})
 
 
 def bisect(

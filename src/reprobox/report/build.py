@@ -24,10 +24,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import plots, spec
-from .errors import BadInput
-from .results import RECORD_FILE, RECORD_SCHEMA, Record, results_dir
-from .scrub import Scrubber, looks_secret
+from reprobox.core import spec
+from reprobox.core.cells import run_args, session_params
+from reprobox.core.errors import BadInput
+from reprobox.core.records import (
+    RECORD_FILE,
+    RECORD_SCHEMA,
+    ForeignRecord,
+    Record,
+    cell_dirs,
+    results_dir,
+    scan_cell,
+    written,
+)
+from reprobox.report import plots
+from reprobox.report.scrub import Scrubber, looks_secret
 
 REPORT_DIR = "_report"
 BISECT_DIR = "_bisect"
@@ -81,52 +92,23 @@ def load_records(root: Path, name: str) -> Loaded:
         raise ReportError(f"no results for {name} under {base}; run `reprobox run {name}` first")
     loaded = Loaded([])
     newest: dict[tuple[str, str], Record] = {}
-    cells = sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
-    for cell_dir in cells:
-        best, unreadable = _newest_run(cell_dir, name, base)
+    for cell_dir in cell_dirs(root, name):
+        try:
+            best, unreadable = scan_cell(cell_dir, name)
+        except ForeignRecord as exc:
+            raise ReportError(str(exc)) from None
         if best is not None:
-            key = (best.platform, best.label)
+            key = (best.platform, best.label)  # a cell under an older folder spelling too
             if key not in newest or best.started_at > newest[key].started_at:
                 newest[key] = best
         # Only a broken record that may be newer than the one used is worth a word.
-        cutoff = _mtime(Path(best.dir) / RECORD_FILE) if best is not None else 0.0
-        loaded.skipped += [why for path, why in unreadable if _mtime(path) >= cutoff]
+        cutoff = written(Path(best.dir) / RECORD_FILE) if best is not None else 0.0
+        loaded.skipped += [why for path, why in unreadable if written(path) >= cutoff]
     if not newest:
         extra = f" ({len(loaded.skipped)} unreadable)" if loaded.skipped else ""
         raise ReportError(f"no usable records for {name} under {base}{extra}")
     loaded.records = list(newest.values())
     return loaded
-
-
-def _newest_run(
-    cell_dir: Path, name: str, base: Path
-) -> tuple[Record | None, list[tuple[Path, str]]]:
-    """The cell's record with the latest start, and its unreadable records with reasons."""
-    best: Record | None = None
-    unreadable: list[tuple[Path, str]] = []
-    for path in sorted(cell_dir.glob(f"*/{RECORD_FILE}")):
-        try:
-            record = Record.load(path)
-        except (OSError, ValueError, TypeError) as exc:
-            half = isinstance(exc, json.JSONDecodeError)
-            unreadable.append(
-                (path, f"{path}: {'not valid JSON (half-written?)' if half else exc}")
-            )
-            continue
-        if record.repro != name:
-            raise ReportError(
-                f"{path} is a record of repro {record.repro!r}, not {name!r}; move it out of {base}"
-            )
-        if best is None or (record.started_at, record.dir) > (best.started_at, best.dir):
-            best = record
-    return best, unreadable
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def bisect_summaries(root: Path, name: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -488,17 +470,12 @@ class _Builder:
         return _Section("\n".join(lines))
 
     def session_id(self, record: Record) -> str:
-        point = [("variant", record.variant), *record.packages.items(), *record.params.items()]
-        return f"repro_{self.repro.name}(" + ", ".join(f"{k}={v!r}" for k, v in point) + ")"
+        point = session_params(record.variant, record.packages, record.params)
+        return f"repro_{self.repro.name}({point})"
 
     @staticmethod
     def run_args(record: Record) -> list[str]:
-        args = ["--variant", record.variant]
-        args += [f"--with={k}=={v}" for k, v in record.packages.items()]
-        args += [f"--param={k}={v}" for k, v in record.params.items()]
-        if record.platform != "cpu":
-            args += ["--platform", record.platform]
-        return args
+        return run_args(record.variant, record.packages, record.params, record.platform)
 
     def lock_line(self, record: Record) -> str:
         """Where the run's environment comes from: a committed lock, or the pins."""

@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import matrix, spec
-from .errors import ReproboxError
+from reprobox.core import cells as matrix
+from reprobox.core import spec
+from reprobox.core.errors import ReproboxError
 
 DEFAULT_TAG = "default"
 MATRIX_TAG = "matrix"
+DEFAULT_CELL_ID = "default"
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ def session_cells(root: Path, name: str) -> tuple[list[str], list[SessionCell], 
     repro = spec.load(root, name)
     warning = ""
     try:
-        from .releases import versions_in_range
+        from reprobox.envs.index import versions_in_range
 
         cells = matrix.matrix_cells(repro, versions_in_range)
     except ReproboxError as exc:
@@ -49,26 +51,19 @@ def session_cells(root: Path, name: str) -> tuple[list[str], list[SessionCell], 
     found = [default]
     for cell in cells:
         point = {**dict(cell.packages), **dict(cell.params)}
-        args = ["--variant", cell.variant]
-        args += [f"--with={k}=={v}" for k, v in cell.packages]
-        args += [f"--param={k}={v}" for k, v in cell.params]
-        shown = ", ".join(f"{k}={v!r}" for k, v in [("variant", cell.variant), *point.items()])
         found.append(
             SessionCell(
-                id=shown,
+                id=matrix.session_params(cell.variant, dict(cell.packages), dict(cell.params)),
                 call_spec={
                     "repro": name,
                     "variant": cell.variant,
                     **{a: point.get(a) for a in axes},
                 },
                 tags=[MATRIX_TAG],
-                args=args,
+                args=cell.run_args(),
             )
         )
     return names, found, warning
-
-
-DEFAULT_CELL_ID = "default"
 
 
 def _axes(repro: spec.Repro) -> list[str]:

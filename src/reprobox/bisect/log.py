@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import BadInput
+from reprobox.core.errors import BadInput
 
 
 class ProbeLog:

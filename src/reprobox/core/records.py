@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reprobox.core.errors import BadInput
+
 RECORD_FILE = "record.json"
 RECORD_SCHEMA = 1
 
@@ -83,25 +85,52 @@ def new_run_dir(root: Path, repro: str, slug: str, base: Path | None = None) -> 
     return path
 
 
+class ForeignRecord(BadInput):
+    """A record of another repro under this repro's folder: results of two repros never mix."""
+
+
+def cell_dirs(root: Path, repro: str) -> list[Path]:
+    """The folders of `repro`'s cells (not _bisect, _report, _images)."""
+    base = results_dir(root) / repro
+    if not base.is_dir():
+        return []
+    return sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+
+
+def scan_cell(cell_dir: Path, repro: str) -> tuple[Record | None, list[tuple[Path, str]]]:
+    """The newest readable record of one cell (by start, then by write time, so two runs in
+    one second sort right), and every unreadable record with the reason."""
+    best: tuple[tuple[str, float], Record] | None = None
+    unreadable: list[tuple[Path, str]] = []
+    for path in cell_dir.glob(f"*/{RECORD_FILE}"):
+        try:
+            record = Record.load(path)
+        except (OSError, ValueError, TypeError) as exc:
+            half = isinstance(exc, json.JSONDecodeError)
+            unreadable.append(
+                (path, f"{path}: {'not valid JSON (half-written?)' if half else exc}")
+            )
+            continue
+        if record.repro != repro:
+            raise ForeignRecord(
+                f"{path} is a record of repro {record.repro!r}, not {repro!r}; "
+                f"move it out of {cell_dir.parent}"
+            )
+        key = (record.started_at, written(path))
+        if best is None or key > best[0]:
+            best = (key, record)
+    return (best[1] if best else None), unreadable
+
+
 def latest_records(root: Path, repro: str) -> list[Record]:
     """The newest readable record of every cell of `repro` (half-written ones are skipped)."""
-    base = results_dir(root) / repro
-    records = []
-    cells = [p for p in base.glob("*") if p.is_dir() and not p.name.startswith("_")]
-    for cell_dir in sorted(cells):
-        # Newest by the record's own write time: two runs within one second sort right too.
-        for run_dir in sorted((p for p in cell_dir.iterdir() if p.is_dir()), key=_written,
-                              reverse=True):  # fmt: skip
-            try:
-                records.append(Record.load(run_dir / RECORD_FILE))
-                break
-            except (OSError, ValueError, TypeError):
-                continue
-    return records
+    found = (scan_cell(cell_dir, repro)[0] for cell_dir in cell_dirs(root, repro))
+    return [record for record in found if record is not None]
 
 
-def _written(run_dir: Path) -> float:
+def written(path: Path) -> float:
+    """A file's modification time, 0 when it is gone."""
     try:
-        return (run_dir / RECORD_FILE).stat().st_mtime
+        return path.stat().st_mtime
     except OSError:
         return 0.0

@@ -95,15 +95,21 @@ class LaunchOutcome:
     killed_orphans: int = 0
 
 
+def child_env(extra: dict[str, str]) -> dict[str, str]:
+    """The environment of a process the harness starts in a repro's venv."""
+    env = {**os.environ, **extra, "PYTHONUNBUFFERED": "1"}
+    # Let the processes cache bytecode in the (harness-owned) venv: with
+    # PYTHONDONTWRITEBYTECODE set, every rank of every launch recompiles torch & co.;
+    # compiling whole envs at install instead costs ~10 s per env (too much for probes).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
     """Run the launch to completion or timeout; KeyboardInterrupt kills it and propagates."""
     plan.log_dir.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex
-    env = {**os.environ, **plan.env, RUN_ID_ENV: run_id, "PYTHONUNBUFFERED": "1"}
-    # Let ranks cache bytecode in the (harness-owned) venv: with PYTHONDONTWRITEBYTECODE set,
-    # every rank of every launch recompiles torch & co.; compiling whole envs at install
-    # instead costs ~10 s per env (too much for bisect probes).
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = child_env({**plan.env, RUN_ID_ENV: run_id})
     env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(plan.port)
     log = plan.log_dir / "launch.log"
     started = time.monotonic()

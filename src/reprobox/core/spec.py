@@ -21,8 +21,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import BadInput, SpecError
-from .protocol import Expectation, Verdict
+from reprobox.core.errors import BadInput, SpecError
+from reprobox.core.protocol import Expectation, Verdict
 
 SPEC_FILE = "repro.toml"
 RESERVED_VARIANT_NAMES = {"default"}
@@ -131,7 +131,7 @@ class PlatformSection(_Section):
 
 
 class ImageSection(_Section):
-    """Settings of the repro's generated Dockerfile (src/reprobox/dockerfile.py)."""
+    """Settings of the repro's generated Dockerfile (src/reprobox/run/dockerfile.py)."""
 
     base: str = "python:3.11-slim"
     # torch wheels bring their own CUDA libraries; a -devel base is for JIT-built ops.

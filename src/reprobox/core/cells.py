@@ -11,14 +11,15 @@ import itertools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from .errors import BadInput
-from .protocol import Expectation, Verdict
-from .spec import MatrixSection, Repro
+from reprobox.core.errors import BadInput
+from reprobox.core.protocol import Expectation, Verdict
+from reprobox.core.spec import MatrixSection, Repro
 
 DEFAULT_CELL = "default"
 
@@ -48,6 +49,21 @@ class Cell:
         """The label as a safe directory name."""
         return re.sub(r"[^A-Za-z0-9._=@,-]+", "_", self.label.replace("[", "@").rstrip("]"))
 
+    def identity(self) -> dict[str, Any]:
+        """The cell as plain data, as records and job descriptions carry it."""
+        return {
+            "repro": self.repro,
+            "variant": self.variant,
+            "label": self.label,
+            "packages": dict(self.packages),
+            "params": dict(self.params),
+            "expect": self.expect.value,
+            "also_ok": [v.value for v in self.also_ok],
+        }
+
+    def run_args(self, platform: str = "cpu") -> list[str]:
+        return run_args(self.variant, dict(self.packages), dict(self.params), platform)
+
     def call_spec(self) -> dict[str, str]:
         return {
             "repro": self.repro,
@@ -55,6 +71,24 @@ class Cell:
             **dict(self.packages),
             **dict(self.params),
         }
+
+
+def run_args(
+    variant: str, packages: Mapping[str, str], params: Mapping[str, str], platform: str = "cpu"
+) -> list[str]:
+    """The `reprobox run <repro>` arguments that select exactly this cell."""
+    args = ["--variant", variant]
+    args += [f"--with={k}=={v}" for k, v in packages.items()]
+    args += [f"--param={k}={v}" for k, v in params.items()]
+    if platform != "cpu":
+        args += ["--platform", platform]
+    return args
+
+
+def session_params(variant: str, packages: Mapping[str, str], params: Mapping[str, str]) -> str:
+    """How nox names the cell's parametrized session: `variant='broken', trl='0.7.1'`."""
+    point = [("variant", variant), *packages.items(), *params.items()]
+    return ", ".join(f"{k}={v!r}" for k, v in point)
 
 
 def expectation(

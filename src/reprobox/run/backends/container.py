@@ -20,14 +20,17 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import envs, launch, workflow
-from .dockerfile import install_env_arg
-from .errors import BadInput, EngineError, EnvError, LaunchTimeout
-from .matrix import Cell, make_cell
-from .pipconfig import find_links
-from .protocol import CACHE_ENV, RESULT_ENV
-from .results import Record
-from .spec import Repro
+from reprobox.core import settings
+from reprobox.core.cells import Cell, make_cell
+from reprobox.core.errors import BadInput, EngineError, EnvError, LaunchTimeout
+from reprobox.core.protocol import CACHE_ENV, RESULT_ENV
+from reprobox.core.records import Record
+from reprobox.core.spec import Repro
+from reprobox.envs import uv
+from reprobox.envs.torch_source import find_links
+from reprobox.run import launcher as launch
+from reprobox.run import pipeline as workflow
+from reprobox.run.dockerfile import install_env_arg
 
 IMAGE_USER = "10001"
 IN_IMAGE = {"venv": Path("/opt/venv"), "repro": Path("/opt/repro"), "fixes": Path("/opt/fixes")}
@@ -143,7 +146,7 @@ def build(
         raise BadInput(f"--ca-bundle {ca_bundle}: no such file")
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / "build.log"
-    with tempfile.TemporaryDirectory(prefix="reprobox-context-", dir=envs.cache_dir()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="reprobox-context-", dir=settings.cache_dir()) as tmp:
         context = _context(Path(tmp), spec)
         versions = " ".join(spec.repro.requirements(spec.variant, spec.platform))
         cmd = [engine.name, "build", "--target", spec.platform, "-f", str(spec.dockerfile),
@@ -193,7 +196,7 @@ def _context(directory: Path, spec: ImageSpec) -> Path:
     shutil.copytree(spec.repro.fixes_dir, directory / "fixes", ignore=ignore)
     (directory / "wheels").mkdir()
     (directory / "tools").mkdir()
-    _link(Path(envs.uv_bin()), directory / "tools" / "uv")
+    _link(Path(uv.uv_bin()), directory / "tools" / "uv")
     locked = spec.lock.read_text()
     for folder in find_links() if spec.platform == "cpu" else ():
         for wheel in Path(folder).glob("*.whl"):
@@ -259,7 +262,7 @@ def run_cell(
     env = {**launch_spec.env, RESULT_ENV: str(OUT / "result.json"), CACHE_ENV: str(CACHE),
            "PYTHONPATH": str(IN_IMAGE["fixes"]), "HF_HUB_OFFLINE": "1"}  # fmt: skip
     # What the script builds (a tiny model, JIT ops) outlives the container, as in a venv run.
-    cache = envs.cache_dir() / "repro-cache" / f"{repro.name}-image"
+    cache = settings.cache_dir() / "repro-cache" / f"{repro.name}-image"
     cache.mkdir(parents=True, exist_ok=True)
     name = f"reprobox-{uuid.uuid4().hex[:12]}"
     cmd = [engine.name, "run", "--rm", "--name", name, "--shm-size", "1g",

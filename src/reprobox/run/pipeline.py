@@ -20,13 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from . import envs, launch
-from .errors import BadInput, ExitCode, LaunchError, LaunchTimeout, ReproboxError
-from .matrix import Cell
-from .protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV, Expectation, Verdict, read_result
-from .results import RECORD_FILE, Record, new_run_dir
-from .spec import Repro
-from .verdict import Status, decide, judge
+from reprobox.core import settings
+from reprobox.core.cells import Cell
+from reprobox.core.errors import BadInput, ExitCode, LaunchError, LaunchTimeout, ReproboxError
+from reprobox.core.judge import Status, decide, judge
+from reprobox.core.protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV, Verdict, read_result
+from reprobox.core.records import RECORD_FILE, Record, new_run_dir
+from reprobox.core.spec import Repro
+from reprobox.envs import locks, venvs
+from reprobox.run import launcher as launch
 
 RESULT_FILE = "result.json"
 PLAN_FILE = "plan.json"
@@ -48,8 +50,8 @@ def lock_path(repro: Repro, variant: str, platform: str) -> Path:
 
 def lock_request(
     repro: Repro, variant: str, platform: str = "cpu", overrides: dict[str, str] | None = None
-) -> envs.LockRequest:
-    return envs.LockRequest(
+) -> locks.LockRequest:
+    return locks.LockRequest(
         requirements=tuple(repro.requirements(variant, platform, overrides)),
         python=repro.python(platform),
         platform=platform,
@@ -64,13 +66,23 @@ def lock_for(
     request = lock_request(repro, variant, platform, overrides)
     committed = lock_path(repro, variant, platform)
     if not overrides and committed.is_file():
-        if envs.lock_input_hash(committed) != request.input_hash:
+        if locks.lock_input_hash(committed) != request.input_hash:
             raise BadInput(
                 f"{committed.relative_to(repro.dir.parent.parent)} is stale: repro.toml changed "
                 f"since it was generated; run `nox -s lock -- {repro.name}`"
             )
         return committed
-    return envs.cached_lock(request)
+    return locks.cached_lock(request)
+
+
+def env_inputs(repro: Repro, platform: str) -> tuple[str, dict[str, str], list[str]]:
+    """What besides the lock makes an environment: python, install env, late source builds."""
+    return repro.python(platform), repro.install_env(platform), repro.spec.env.no_build_isolation
+
+
+def ensure_env(repro: Repro, lock: Path, platform: str) -> venvs.Env:
+    """The repro's environment for `lock` on `platform`, created if needed."""
+    return venvs.ensure_env(lock, *env_inputs(repro, platform))
 
 
 def script_args(repro: Repro, cell: Cell) -> list[str]:
@@ -87,7 +99,7 @@ def script_args(repro: Repro, cell: Cell) -> list[str]:
 def plan_launch(
     repro: Repro,
     cell: Cell,
-    env: envs.Env,
+    env: venvs.Env,
     run_dir: Path,
     options: RunOptions,
     *,
@@ -99,7 +111,8 @@ def plan_launch(
     spec = repro.launch(cell.variant)
     path = os.pathsep.join([str(env.path / "bin"), os.environ.get("PATH", "")])
     run_env = {
-        CACHE_ENV: os.environ.get(CACHE_ENV) or str(envs.cache_dir() / "repro-cache" / repro.name),
+        CACHE_ENV: os.environ.get(CACHE_ENV)
+        or str(settings.cache_dir() / "repro-cache" / repro.name),
         **spec.env,
         **(protocol_env or {RESULT_ENV: str(run_dir / RESULT_FILE)}),
         "PYTHONPATH": str(repro.fixes_dir),
@@ -129,19 +142,13 @@ class Pending:
     cell: Cell
     record: Record
     run_dir: Path
-    env: envs.Env | None = None
+    env: venvs.Env | None = None
 
 
 def new_pending(root: Path, repro: Repro, cell: Cell, options: RunOptions) -> Pending:
     run_dir = new_run_dir(root, repro.name, cell.slug, options.results_base)
     record = Record(
-        repro=repro.name,
-        variant=cell.variant,
-        label=cell.label,
-        packages=dict(cell.packages),
-        params=dict(cell.params),
-        expect=cell.expect.value,
-        also_ok=[v.value for v in cell.also_ok],
+        **cell.identity(),
         status=Status.ERROR.value,
         verdict=None,
         platform=options.platform,
@@ -173,12 +180,7 @@ def _prepare_env(repro: Repro, item: Pending, options: RunOptions) -> None:
             repro, item.cell.variant, options.platform, dict(item.cell.packages)
         )
         platform = options.platform
-        item.env = envs.ensure_env(
-            lock,
-            repro.python(platform),
-            repro.install_env(platform),
-            repro.spec.env.no_build_isolation,
-        )
+        item.env = ensure_env(repro, lock, platform)
         item.record.lock, item.record.lock_hash = str(lock), item.env.lock_hash
         item.record.env_s = time.monotonic() - started
 
@@ -198,8 +200,7 @@ def _preflight(repro: Repro, item: Pending, options: RunOptions) -> None:
         return
     plan = plan_launch(repro, item.cell, item.env, item.run_dir, options)
     argv = [str(item.env.bin("python")), str(repro.script), *plan.script_args, *preflight]
-    env = {**os.environ, **plan.env}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = launch.child_env(plan.env)
     with recording([item]):
         started = time.monotonic()
         try:
@@ -379,6 +380,3 @@ def exit_code(records: Iterable[Record]) -> ExitCode:
     if any(r.status == Status.MISMATCH.value for r in records):
         return ExitCode.FAILED
     return ExitCode.OK
-
-
-__all__ = ["Expectation", "RunOptions", "exit_code", "run_cell", "run_cells"]

@@ -16,10 +16,15 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from . import envs, matrix, report_cli, spec, ui, workflow
-from .errors import BadInput, ExitCode, ReproboxError
-from .protocol import Verdict
-from .results import Record, latest_records, results_dir
+from reprobox.cli import report as report_cli
+from reprobox.cli import ui
+from reprobox.core import cells as matrix
+from reprobox.core import spec
+from reprobox.core.errors import BadInput, ExitCode, ReproboxError
+from reprobox.core.protocol import Verdict
+from reprobox.core.records import Record, latest_records, results_dir
+from reprobox.envs import locks
+from reprobox.run import pipeline as workflow
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -161,7 +166,7 @@ def _cells(repro: spec.Repro, args: argparse.Namespace) -> list[matrix.Cell]:
             raise BadInput(f"--with {package}: not a package that {repro.name} pins")
         spec.check_version(packages[package], f"--with {package}")
     if getattr(args, "matrix", False):
-        from .releases import versions_in_range
+        from reprobox.envs.index import versions_in_range
 
         return matrix.matrix_cells(repro, versions_in_range)
     if args.variant:
@@ -227,8 +232,8 @@ def cmd_verdict(args: argparse.Namespace) -> int:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from . import triage
-    from .releases import SimpleIndex
+    from reprobox.bisect import triage
+    from reprobox.envs.index import SimpleIndex
 
     root = _root()
     repro = spec.load(root, args.repro)
@@ -276,7 +281,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    from . import images
+    from reprobox.run.backends import container as images
 
     root = _root()
     repro = spec.load(root, args.repro)
@@ -343,7 +348,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_lock(args: argparse.Namespace) -> int:
     """Regenerate what repro.toml determines: the hashed locks and the image's Dockerfile."""
-    from .dockerfile import dockerfile_path, render
+    from reprobox.run.dockerfile import dockerfile_path, render
 
     root = _root()
     names = args.repros or spec.discover(root)
@@ -354,11 +359,11 @@ def cmd_lock(args: argparse.Namespace) -> int:
             for variant in repro.variants_on(platform):
                 path = workflow.lock_path(repro, variant, platform)
                 request = workflow.lock_request(repro, variant, platform)
-                current = envs.lock_input_hash(path) == request.input_hash
+                current = locks.lock_input_hash(path) == request.input_hash
                 if args.check and not current:
                     problems.append(f"{path.relative_to(root)} is {_staleness(path)}")
                 elif not args.check and not current:
-                    envs.compile_lock(request, path)
+                    locks.compile_lock(request, path)
                     ui.info(f"{path.relative_to(root)}: written")
         path, text = dockerfile_path(root, repro), render(repro)
         current = path.is_file() and path.read_text() == text

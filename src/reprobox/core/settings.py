@@ -1,0 +1,82 @@
+"""Process settings: every `REPROBOX_*` variable (and CI) read in one place.
+
+`Settings.from_env()` is called once, at the CLI edge, and the result is passed down; nothing
+below the CLI reads the environment for the harness's own settings.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reprobox.core.errors import BadInput
+
+
+def default_root(cwd: Path | None = None) -> Path:
+    """The checkout holding repros/ and noxfile.py: the working folder or one above it, else
+    the checkout this package was installed from."""
+    here = (cwd or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "repros").is_dir() and (candidate / "noxfile.py").is_file():
+            return candidate
+    return Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the harness works and how it reaches packages."""
+
+    root: Path
+    results: Path
+    cache: Path
+    find_links: tuple[str, ...] = ()  # REPROBOX_FIND_LINKS / PIP_FIND_LINKS, split
+    refresh_index: bool = False  # REPROBOX_REFRESH_INDEX: re-read release lists now
+    ca_bundle: Path | None = None  # REPROBOX_CA_BUNDLE: extra CA for image builds
+    ci: bool = False  # CI: plain output, no live progress
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        root = Path(env["REPROBOX_ROOT"]).resolve() if env.get("REPROBOX_ROOT") else default_root()
+        results = _absolute(env, "REPROBOX_RESULTS") or root / "results"
+        xdg = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        cache = _absolute(env, "REPROBOX_CACHE") or Path(xdg) / "reprobox"
+        links = [
+            *env.get("REPROBOX_FIND_LINKS", "").split(),
+            *env.get("PIP_FIND_LINKS", "").split(),
+        ]
+        ca = env.get("REPROBOX_CA_BUNDLE")
+        return cls(
+            root=root,
+            results=results,
+            cache=cache,
+            find_links=tuple(dict.fromkeys(links)),
+            refresh_index=bool(env.get("REPROBOX_REFRESH_INDEX")),
+            ca_bundle=Path(ca) if ca else None,
+            ci=bool(env.get("CI")),
+        )
+
+
+def _absolute(env: Mapping[str, str], name: str) -> Path | None:
+    """A folder setting: unset is None; a relative path is refused (it would change meaning
+    with every working folder a launcher, container or bisect step runs in)."""
+    value = env.get(name)
+    if not value:
+        return None
+    path = Path(value)
+    if not path.is_absolute():
+        raise BadInput(f"{name}={value!r} must be an absolute path")
+    return path
+
+
+def current() -> Settings:
+    """The settings of this process (for the few module-level defaults that predate them)."""
+    return Settings.from_env()
+
+
+def cache_dir() -> Path:
+    """Where envs, cached locks and release lists live (REPROBOX_CACHE overrides)."""
+    return current().cache
