@@ -35,6 +35,8 @@ class Settings:
     refresh_index: bool = False  # REPROBOX_REFRESH_INDEX: re-read release lists now
     ca_bundle: Path | None = None  # REPROBOX_CA_BUNDLE: extra CA for image builds
     ci: bool = False  # CI: plain output, no live progress
+    torch_index: str | None = None  # REPROBOX_TORCH_INDEX: a simple index serving CPU torch
+    torch_source: str = "cpu"  # REPROBOX_TORCH_SOURCE: cpu (the CPU build) | pypi (default's)
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -57,6 +59,8 @@ class Settings:
             refresh_index=bool(env.get("REPROBOX_REFRESH_INDEX")),
             ca_bundle=Path(ca) if ca else None,
             ci=bool(env.get("CI")),
+            torch_index=env.get("REPROBOX_TORCH_INDEX") or None,
+            torch_source=_choice(env, "REPROBOX_TORCH_SOURCE", ("cpu", "pypi")),
         )
 
 
@@ -70,6 +74,14 @@ def _absolute(env: Mapping[str, str], name: str) -> Path | None:
     if not path.is_absolute():
         raise BadInput(f"{name}={value!r} must be an absolute path")
     return path
+
+
+def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
+    """A setting with a fixed set of values; unset is the first."""
+    value = env.get(name) or allowed[0]
+    if value not in allowed:
+        raise BadInput(f"{name}={value!r}: expected one of {', '.join(allowed)}")
+    return value
 
 
 def current() -> Settings:

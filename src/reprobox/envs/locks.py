@@ -6,15 +6,19 @@ bisect probe) is resolved once into the cache.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
+from reprobox.core.errors import EnvError
 from reprobox.core.settings import cache_dir
-from reprobox.envs.torch_source import find_links
+from reprobox.envs import torch_source
 from reprobox.envs.uv import run_uv, uv_bin
 
 LOCK_HEADER = "# reprobox-lock input="
@@ -32,10 +36,13 @@ class LockRequest:
     exclude_newer: str | None = None
     # (package, date): resolve these packages as of an earlier date (date bisection)
     exclude_newer_packages: tuple[tuple[str, str], ...] = ()
+    # cpu: a CPU lock pins the CPU build of torch | pypi: the default index's build (the
+    # fallback flavour; cached, never committed). Not part of a GPU lock.
+    torch_source: str = "cpu"
 
     @property
     def input_hash(self) -> str:
-        payload = {
+        payload: dict[str, object] = {
             "requirements": sorted(self.requirements),
             "python": self.python,
             "platform": self.platform,
@@ -43,6 +50,8 @@ class LockRequest:
         }
         if self.exclude_newer_packages:
             payload["exclude_newer_packages"] = sorted(self.exclude_newer_packages)
+        if self.torch_source != "cpu":  # the committed locks' hashes stay as they are
+            payload["torch_source"] = self.torch_source
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -74,15 +83,20 @@ def compile_lock(request: LockRequest, dest: Path) -> Path:
         cmd += ["--exclude-newer", request.exclude_newer]
     for package, date in request.exclude_newer_packages:
         cmd += ["--exclude-newer-package", f"{package}={date}"]
+    source = torch_source.current()
+    pypi = request.torch_source == "pypi"
     if request.platform == "cpu":
-        for link in find_links():
-            cmd += ["--find-links", link]
-    proc = run_uv(cmd, stdin="\n".join(request.requirements) + "\n", what="resolve")
+        cmd += dataclasses.replace(source, flavour=request.torch_source).uv_args()
+    requirements = [_without_local(r) if pypi else r for r in request.requirements]
+    proc = run_uv(cmd, stdin="\n".join(requirements) + "\n", what="resolve")
+    if request.platform == "cpu" and not pypi:
+        _check_cpu_torch(proc.stdout, source)
     header = [
         f"{LOCK_HEADER}{request.input_hash}",
         f"# python {request.python}, platform {request.platform}"
         + (f", as of {request.exclude_newer}" if request.exclude_newer else "")
-        + "".join(f", {p} as of {d}" for p, d in request.exclude_newer_packages),
+        + "".join(f", {p} as of {d}" for p, d in request.exclude_newer_packages)
+        + (", torch from the default index (--torch-source pypi)" if pypi else ""),
         *(f"#   {req}" for req in request.requirements),
         "# Regenerate with: nox -s lock",
     ]
@@ -93,8 +107,46 @@ def compile_lock(request: LockRequest, dest: Path) -> Path:
     return dest
 
 
+def for_torch_source(request: LockRequest, flavour: str | None = None) -> LockRequest:
+    """`request` in the torch flavour this process asks for (REPROBOX_TORCH_SOURCE, or
+    `flavour`): a CPU lock becomes its pypi flavour; a GPU lock stays as it is."""
+    flavour = flavour or torch_source.current().flavour
+    if request.platform != "cpu" or request.torch_source == flavour:
+        return request
+    return dataclasses.replace(request, torch_source=flavour)
+
+
+def _check_cpu_torch(lock_text: str, source: torch_source.TorchSource) -> None:
+    """A CPU lock must pin the CPU build: where no source serves it, uv quietly falls back
+    to the default index's CUDA build, and a lock would then say `cpu` and mean otherwise."""
+    torch = torch_source.pinned_torch(lock_text)
+    if torch is not None and torch.local is None:
+        raise EnvError(
+            f"cannot resolve: only the default index's torch=={torch} (the CUDA build) was "
+            f"found, not the CPU build (tried: {source.tried()}); {source.hint()}"
+        )
+
+
+def _without_local(requirement: str) -> str:
+    """`torch==2.13.0+cpu` as `torch==2.13.0`: the pypi flavour has no local builds."""
+    try:
+        req = Requirement(requirement)
+    except InvalidRequirement:
+        return requirement
+    if canonicalize_name(req.name) != "torch":
+        return requirement
+    specs = []
+    for spec in req.specifier:
+        version = spec.version.split("+", 1)[0] if spec.operator == "==" else spec.version
+        specs.append(f"{spec.operator}{version}")
+    req.specifier = type(req.specifier)(",".join(specs))
+    return str(req)
+
+
 def cached_lock(request: LockRequest) -> Path:
-    """A lock for `request` from the cache, resolved once (for cells and probes)."""
+    """A lock for `request` from the cache, resolved once (for cells and probes), in the torch
+    flavour this process asks for (`for_torch_source`)."""
+    request = for_torch_source(request)
     dest = cache_dir() / "locks" / f"{request.input_hash}.txt"
     if lock_input_hash(dest) == request.input_hash:
         return dest

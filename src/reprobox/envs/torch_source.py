@@ -1,7 +1,20 @@
-"""What pip is configured with here, read at run time (never written into the repo).
+"""Where torch comes from: the settings that name a source of its CPU build, read at run time.
 
-uv does not read pip's configuration, so the harness asks pip for the setting it honours:
-local wheel folders (`find-links`, e.g. a CPU torch wheel on disk).
+Every committed CPU lock pins the CPU build of torch (`torch==X+cpu`), which the default index
+does not serve. A machine names a source of it in one of these ways, all read at run time and
+never written into the repo:
+
+- `REPROBOX_TORCH_INDEX`: a PEP 503 simple index such as the PyTorch CPU index
+  (`https://download.pytorch.org/whl/cpu`); only torch is taken from it (its `torch/` page is
+  handed to uv as a flat link page), every other package still comes from the default index;
+- local wheel folders: pip's `find-links` (uv does not read pip's configuration, so the
+  harness asks pip), `PIP_FIND_LINKS`, `REPROBOX_FIND_LINKS`;
+- uv's own `UV_EXTRA_INDEX_URL`, `UV_INDEX_URL`, `UV_FIND_LINKS` (uv reads them itself; they
+  are named here so a record and an error can say they were used).
+
+Where none can serve it, `REPROBOX_TORCH_SOURCE=pypi` (`--torch-source pypi`) takes the
+default index's build instead (the CUDA build, which runs on CPU): a lock flavour resolved
+into the cache, never committed (see `locks.LockRequest.torch_source`).
 """
 
 from __future__ import annotations
@@ -11,7 +24,21 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from reprobox.core import settings
+
+PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+# uv's own settings that can serve torch (uv reads them; the harness only reports them).
+UV_SETTINGS = ("UV_EXTRA_INDEX_URL", "UV_INDEX_URL", "UV_FIND_LINKS")
+# What the pypi flavour of lm_head's lock downloads on Linux x86-64, python 3.11 (the default
+# index's file sizes: torch 2.13.0, triton and the nvidia-* CUDA libraries it requires), against
+# about 0.25 GB for the CPU build's lock.
+PYPI_FLAVOUR_SIZE = "about 2.8 GB to download, torch 527 MB of it"
 
 
 def _pip_commands() -> list[list[str]]:
@@ -54,3 +81,88 @@ def find_links() -> tuple[str, ...]:
         if key.endswith("find-links"):
             links += value.split()
     return tuple(link for link in dict.fromkeys(links) if Path(link).is_dir())
+
+
+def pinned_torch(lock_text: str) -> Version | None:
+    """The torch version a lock pins, if it pins one (`+cpu`: the CPU build)."""
+    for line in lock_text.splitlines():
+        name, sep, version = line.partition("==")
+        if sep and canonicalize_name(name.strip()) == "torch":
+            try:
+                return Version(version.split()[0].rstrip("\\"))
+            except (InvalidVersion, IndexError):
+                return None
+    return None
+
+
+@dataclass(frozen=True)
+class TorchSource:
+    """The torch sources of this process: what uv is given, and how to say so."""
+
+    flavour: str = "cpu"  # cpu: the CPU build, from the sources below | pypi: the default's
+    folders: tuple[str, ...] = ()  # local wheel folders (find-links)
+    index: str | None = None  # REPROBOX_TORCH_INDEX, a simple index's root
+    uv_settings: tuple[tuple[str, str], ...] = ()  # (name, value) of UV_* set in the env
+
+    @property
+    def index_page(self) -> str | None:
+        """The index's torch page (PEP 503 `<root>/torch/`), a flat link page for uv."""
+        return f"{self.index.rstrip('/')}/torch/" if self.index else None
+
+    def uv_args(self) -> list[str]:
+        """Arguments for every uv compile and install (the pypi flavour adds none)."""
+        if self.flavour == "pypi":
+            return []
+        pages = [*self.folders, *([self.index_page] if self.index_page else [])]
+        return [arg for page in pages for arg in ("--find-links", page)]
+
+    @property
+    def configured(self) -> bool:
+        """Whether anything besides the default index can serve torch."""
+        return bool(self.folders or self.index or self.uv_settings)
+
+    def describe(self) -> str:
+        """What was used, short and without local paths (records are shared upstream)."""
+        if self.flavour == "pypi":
+            return "pypi (the default index's torch build)"
+        parts = []
+        if self.index:
+            parts.append(f"index {self.index}")
+        if self.folders:
+            n = len(self.folders)
+            parts.append(f"find-links ({n} local folder{'s' if n > 1 else ''})")
+        for name, value in self.uv_settings:
+            shown = value if "://" in value and not value.startswith("file:") else "local"
+            parts.append(f"{name} {shown}")
+        return "; ".join(parts) or "default index only"
+
+    def tried(self) -> str:
+        """The sources an install looked in, for an error message."""
+        used = self.describe()
+        return used if used.startswith("default") else f"{used}; the default index"
+
+    def hint(self) -> str:
+        """How to add a source of the CPU build, in one sentence."""
+        return (
+            f"add one: REPROBOX_TORCH_INDEX={PYTORCH_CPU_INDEX} (or UV_FIND_LINKS=<a folder "
+            "holding the wheel>), or take the default index's CUDA build with "
+            f"--torch-source pypi ({PYPI_FLAVOUR_SIZE})"
+        )
+
+
+def current() -> TorchSource:
+    """The torch sources this process's settings name."""
+    now = settings.current()
+    uv_set = tuple((name, os.environ[name]) for name in UV_SETTINGS if os.environ.get(name))
+    return TorchSource(
+        flavour=now.torch_source,
+        folders=find_links(),
+        index=now.torch_index,
+        uv_settings=uv_set,
+    )
+
+
+def describe() -> str:
+    """The torch source of this process, for records: e.g. "find-links (1 local folder)",
+    "index https://download.pytorch.org/whl/cpu", "pypi (the default index's torch build)"."""
+    return current().describe()

@@ -12,8 +12,12 @@ import re
 import shutil
 import subprocess
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from reprobox.core.errors import BadInput, EnvError
 from reprobox.core.settings import cache_dir
+from reprobox.envs import torch_source
 
 
 def uv_bin() -> str:
@@ -65,8 +69,22 @@ def run_uv(
     summary = summarize_uv_error(proc.stderr)
     missing = _NO_VERSION.search(proc.stderr)
     if missing:
-        raise BadInput(f"cannot {what}: no such version: {missing.group(1)} (uv log: {log})")
+        wanted = missing.group(1)
+        if _is_torch(wanted):  # the pinned build is not on any source this machine names
+            source = torch_source.current()
+            raise BadInput(
+                f"cannot {what}: no such version: {wanted} (tried: {source.tried()}); "
+                f"{source.hint()} (uv log: {log})"
+            )
+        raise BadInput(f"cannot {what}: no such version: {wanted} (uv log: {log})")
     raise EnvError(f"cannot {what}: {summary} (uv log: {log})")
+
+
+def _is_torch(requirement: str) -> bool:
+    try:
+        return canonicalize_name(Requirement(requirement).name) == "torch"
+    except InvalidRequirement:
+        return False
 
 
 def summarize_uv_error(stderr: str) -> str:

@@ -6,6 +6,7 @@ cache makes a new one cheap.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -18,7 +19,7 @@ from filelock import FileLock
 from packaging.utils import canonicalize_name
 
 from reprobox.core.settings import cache_dir
-from reprobox.envs.torch_source import find_links
+from reprobox.envs import torch_source
 from reprobox.envs.uv import run_uv, uv_bin
 
 READY_MARKER = ".reprobox-ready"
@@ -70,7 +71,7 @@ def ensure_env(
             return Env(path, digest)
         shutil.rmtree(path, ignore_errors=True)
         run_uv([uv_bin(), "venv", "--quiet", "--python", python, str(path)], what="create venv")
-        links = [arg for link in find_links() for arg in ("--find-links", link)]
+        links = torch_args(lock.read_text())
         pip = [uv_bin(), "pip", "--quiet"]
         target = ["--require-hashes", "--python", str(path / "bin" / "python"), *links]
         first, late = split_lock(lock.read_text(), no_build_isolation)
@@ -85,6 +86,16 @@ def ensure_env(
         shutil.rmtree(parts, ignore_errors=True)
         (path / READY_MARKER).write_text(lock.read_text())
     return Env(path, digest, created=True)
+
+
+def torch_args(lock_text: str) -> list[str]:
+    """The torch sources an install of this lock needs: a CPU build (`+cpu`) only lives on
+    them; the default index's build (a GPU lock, the pypi flavour) must not be shadowed by
+    a same-numbered local build from them."""
+    torch = torch_source.pinned_torch(lock_text)
+    if torch is None or torch.local is None:
+        return []
+    return dataclasses.replace(torch_source.current(), flavour="cpu").uv_args()
 
 
 def split_lock(text: str, late: Sequence[str]) -> tuple[str, str]:
