@@ -110,8 +110,9 @@ def github_matrix(root: Path, listed: Iterable[dict[str, Any]]) -> dict[str, Any
     """Turn `nox --json -l` output into GitHub Actions job matrices.
 
     `cpu`: one job per nox session (`nox -s "<session>"`). `gpu`: one job per cell of a repro
-    with a GPU image, as arguments for `nox -s image -- <repro> ... --platform gpu --run`; a
-    default session stands for each default variant. Each is `{"include": [...]}`."""
+    with a GPU image, as arguments for `nox -s image -- <repro> ... --platform gpu --run`, with
+    `gpus` (its process count, one GPU each: the runner label `gpu-<gpus>`); a default session
+    stands for each default variant. Each is `{"include": [...]}`."""
     cpu, gpu = [], []
     known: dict[str, list[sessions.SessionCell]] = {}
     for entry in listed:
@@ -123,15 +124,19 @@ def github_matrix(root: Path, listed: Iterable[dict[str, Any]]) -> dict[str, Any
         if not has_gpu_image(root, name):
             continue
         if call_spec.get("variant") == matrix.DEFAULT_CELL:
-            for variant in spec.load(root, name).default_variants:
-                gpu.append({"repro": name, "variant": variant, "args": f"--variant {variant}"})
+            repro = spec.load(root, name)
+            for variant in repro.default_variants:
+                gpu.append({"repro": name, "variant": variant, "args": f"--variant {variant}",
+                            "gpus": repro.launch(variant).processes})  # fmt: skip
             continue
         if name not in known:
             known[name] = sessions.session_cells(root, name)[1]
         cell = next((c for c in known[name] if c.call_spec == call_spec), None)
         if cell is None:
             raise BadInput(f"nox session {entry['session']!r} is not a cell of {name} any more")
-        gpu.append({"repro": name, "variant": call_spec["variant"], "args": " ".join(cell.args)})
+        processes = spec.load(root, name).launch(call_spec["variant"]).processes
+        gpu.append({"repro": name, "variant": call_spec["variant"], "args": " ".join(cell.args),
+                    "gpus": processes})  # fmt: skip
     for what, rows in (("cpu", cpu), ("gpu", gpu)):
         if len(rows) > GITHUB_MATRIX_LIMIT:
             raise BadInput(
