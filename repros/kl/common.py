@@ -11,6 +11,17 @@ class CannotTest(Exception):
     """This host / version set cannot run the repro: verdict cannot_test, exit 125."""
 
 
+def lacks(exc: ImportError, module: str, names: tuple[str, ...]) -> bool:
+    """Whether this ImportError says only that the installed trl has no `module` (or no `names`
+    in it): the PPO API generation is absent, a cannot-test. An ImportError raised while that
+    module imports something else (an incompatible transformers, a broken install) names
+    another module, and is an error."""
+    if isinstance(exc, ModuleNotFoundError):  # `from trl.experimental.ppo import ...`, no such
+        name = exc.name or ""
+        return "." in name and (module == name or module.startswith(name + "."))
+    return exc.name == module and any(f"cannot import name '{n}'" in str(exc) for n in names)
+
+
 HUB_MODEL = "lvwerra/gpt2-imdb"
 HUB_REWARD_MODEL = "lvwerra/distilbert-imdb"
 HUB_DATASET = "imdb"

@@ -14,6 +14,8 @@ def run(args, log) -> dict:
     try:
         from trl.experimental.ppo import PPOConfig, PPOTrainer
     except ImportError as exc:
+        if not common.lacks(exc, "trl.experimental.ppo", ("PPOConfig", "PPOTrainer")):
+            raise  # trl is there but fails to import: an error, not a missing API
         raise common.CannotTest(
             f"this trl has no PPO trainer (trl.experimental.ppo): {exc}"
         ) from exc

@@ -28,6 +28,10 @@ def run(args, log) -> dict:
     try:
         from trl import AutoModelForCausalLMWithValueHead, PPOConfig, PPOTrainer, set_seed
     except ImportError as exc:
+        if not common.lacks(
+            exc, "trl", ("AutoModelForCausalLMWithValueHead", "PPOConfig", "PPOTrainer", "set_seed")
+        ):
+            raise  # trl is there but fails to import: an error, not a missing API
         raise common.CannotTest(f"this trl has no old-API PPOTrainer: {exc}") from exc
 
     phases["import"] = time.time() - t

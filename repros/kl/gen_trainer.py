@@ -33,6 +33,8 @@ def run(args, log) -> dict:
     try:
         from trl import PPOConfig, PPOTrainer
     except ImportError as exc:
+        if not common.lacks(exc, "trl", ("PPOConfig", "PPOTrainer")):
+            raise  # trl is there but fails to import: an error, not a missing API
         raise common.CannotTest(f"this trl has no Trainer-based PPOTrainer: {exc}") from exc
     return run_with(PPOConfig, PPOTrainer, args, log)
 

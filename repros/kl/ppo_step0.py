@@ -12,8 +12,10 @@ to the device and stays fp32, so the two disagree (fixed by trl PR #758, release
 
 Verdict (exit code, ``git bisect run`` convention): 1 reproduced when the largest per-token
 |logprob - ref_logprob| over response tokens at step 0 exceeds 1e-6 on any rank or objective/kl
-at step 0 is nonzero on any rank; 0 clean otherwise; 125 cannot test here (a version set that
-cannot run on this host, a trl without PPO, a DeepSpeed op that cannot be built); 2 error.
+at step 0 is nonzero on any rank; 0 clean otherwise; 125 cannot test here, only for known
+conditions (a version set this host cannot run, told apart by version before launching; a trl
+without PPO; a module of MISSING_MODULES absent; DeepSpeed's C++ op build failing with no
+compiler or ninja on PATH); 2 error, for anything else (its last traceback line in the result).
 
 Offline by default: a tiny GPT-2 and a byte-level tokenizer are built locally (tiny_model.py)
 and a synthetic reward replaces the sentiment pipeline. ``--hub`` uses the example's
@@ -293,14 +295,17 @@ def one_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-BUILD_FAILURES = (
-    "error building extension",
-    "ninja is required",
-    "no such file or directory: 'c++'",
-    "no such file or directory: 'g++'",
-    "unable to find a c++ compiler",
-    "c++: not found",
-)
+# Missing modules that mean "this host cannot run this version set", each with the reason.
+# Any other ImportError is an error: a broken environment must never read as a skip.
+MISSING_MODULES = {
+    "oneccl_bindings_for_pytorch": "deepspeed < 0.14.1 imports Intel's oneCCL bindings "
+    "unconditionally on CPU (CPU hosts need deepspeed >= 0.14.1)",
+}
+# Where torch's C++-extension build raises (DeepSpeed JIT-builds deepspeed_shm_comm on CPU).
+BUILD_SOURCES = ("torch/utils/cpp_extension.py", "op_builder/")
+BUILD_MESSAGES = ("error building extension", "ninja is required to load c++ extensions")
+# huggingface_hub's own words for "the hub is not reachable" (only --hub needs the hub).
+HUB_UNREACHABLE = ("we couldn't connect to 'https://huggingface.co'", "offline mode is enabled")
 
 
 def raised_in(exc: BaseException, *places: str) -> bool:
@@ -313,19 +318,55 @@ def raised_in(exc: BaseException, *places: str) -> bool:
     return False
 
 
-def classify_exception(exc: BaseException) -> str | None:
-    """A one-line cannot_test reason for failures that mean 'cannot run here', else None."""
+def chain(exc: BaseException) -> list[BaseException]:
+    """The exception and everything it was raised from or while handling (no cycles)."""
+    seen: list[BaseException] = []
+    while exc is not None and all(exc is not s for s in seen):
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return seen
+
+
+def missing_build_tools() -> list[str]:
+    """The tools torch's extension build runs that are not on PATH: the compiler ($CXX, else
+    c++, as torch.utils.cpp_extension picks it) and ninja. Evidence, not a guess from a message:
+    a build failure is only "cannot test here" when one of these is really absent."""
+    import shlex
+    import shutil
+
+    compiler = os.environ.get("CXX") or "c++"
+    missing = []
+    words = shlex.split(compiler) or ["c++"]
+    if shutil.which(words[0]) is None:
+        where = " ($CXX)" if os.environ.get("CXX") else ""
+        missing.append(f"C++ compiler {words[0]!r}{where}")
+    if shutil.which("ninja") is None:
+        missing.append("ninja")
+    return missing
+
+
+def classify_exception(
+    exc: BaseException, missing_tools: list[str] | tuple[str, ...] = (), hub: bool = False
+) -> str | None:
+    """A one-line cannot_test reason when the failure is a known "cannot run here", else None
+    (an error). Known: a module of MISSING_MODULES is absent; the C++ op build failed while
+    a tool it needs is missing (`missing_tools`, from missing_build_tools()); with --hub, the
+    hub is unreachable. Anything else, a real build error included, is an error."""
     text = one_line(exc)
+    for link in chain(exc):
+        name = getattr(link, "name", None) if isinstance(link, ModuleNotFoundError) else None
+        top = name.split(".")[0] if name else None
+        if top in MISSING_MODULES:
+            return f"{MISSING_MODULES[top]}: {text[:300]}"
     low = text.lower()
-    op_build = raised_in(exc, "torch/utils/cpp_extension.py", "op_builder/")
-    if op_build or any(k in low for k in BUILD_FAILURES):
-        return f"DeepSpeed could not build its C++ op (needs a C++ compiler, ninja): {text[:300]}"
-    if "couldn't connect to" in low or "offline mode" in low:
+    build = raised_in(exc, *BUILD_SOURCES) or any(m in low for m in BUILD_MESSAGES)
+    if build and missing_tools:
+        return (
+            f"DeepSpeed could not build its C++ op: {', '.join(missing_tools)} not found "
+            f"(install g++ and ninja): {text[:300]}"
+        )
+    if hub and any(m in low for m in HUB_UNREACHABLE):
         return f"--hub needs the Hugging Face hub, which is not reachable here: {text[:200]}"
-    if isinstance(exc, ImportError) or "no module named" in low or "failed to import" in low:
-        return f"version set cannot import: {text[:300]}"
-    if "oneccl" in low or ("nccl" in low and "cuda" in low):
-        return f"this DeepSpeed/accelerate needs CUDA: {text[:300]}"
     return None
 
 
@@ -416,7 +457,7 @@ def main(argv=None) -> None:
     except Exception as exc:
         traceback.print_exc()
         result["versions"] = imported_versions()
-        why = classify_exception(exc)
+        why = classify_exception(exc, missing_build_tools(), hub=args.hub)
         if why:
             result["reason"] = why
             finish("cannot_test", result, barrier=False)

@@ -17,7 +17,9 @@ Run it as the reporter did, with 4 workers (gloo on CPU, NCCL on GPUs):
 It compares the averaged output embedding with the true mean over ranks (allclose, rtol 1e-5),
 not with the input embedding: after `load_state_dict` both are the same wrong tensor, so an
 "lm_head == wte" check passes on the broken model. Exit code: 0 clean, 1 reproduced,
-125 cannot test here. With REPRO_RESULT set, rank 0 writes the result JSON there.
+125 cannot test here (fewer than 2 ranks; for avg_op, a torch without ReduceOp.AVG or an older
+gloo's refusal of it), 3 error (anything else, after printing its traceback). With
+REPRO_RESULT set, rank 0 writes the result JSON there.
 Standalone on purpose: it imports nothing from the harness that runs it.
 """
 
@@ -31,9 +33,14 @@ import os
 import platform
 import sys
 import time
+import traceback
 
 RTOL, ATOL = 1e-5, 1e-8
 EXIT = {"clean": 0, "reproduced": 1, "cannot_test": 125}
+ERROR_EXIT = 3  # neither a verdict nor cannot-test: `git bisect run` must not read it as one
+# What an older gloo raises for all_reduce(op=AVG) (measured on torch 2.1.2; gloo AVG came with
+# pytorch PR #149781). The only failure of avg_op that means "cannot test here".
+GLOO_NO_AVG = "Cannot use ReduceOp.AVG with Gloo"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -119,6 +126,14 @@ def avg_op_average(model, dist):
     for name in avg_params:
         dist.all_reduce(avg_params[name], op=dist.ReduceOp.AVG)
     return avg_params
+
+
+def avg_refusal(exc: BaseException, backend: str) -> str | None:
+    """The cannot-test reason when `exc` is gloo refusing ReduceOp.AVG (older torch), else None:
+    only that known refusal means "this torch cannot test avg_op"; anything else is an error."""
+    if backend != "gloo" or not isinstance(exc, RuntimeError) or GLOO_NO_AVG not in str(exc):
+        return None
+    return f"gloo: {GLOO_NO_AVG} (this torch's gloo has no AVG; added by pytorch PR #149781)"
 
 
 def true_mean(state, dist):
@@ -242,9 +257,11 @@ def run_case(args, fix, dist, torch, device, rank: int, world_size: int) -> dict
             return {"verdict": "cannot_test", "reason": "this torch has no ReduceOp.AVG"}
         try:
             averaged = avg_op_average(model, dist)
-        except (RuntimeError, ValueError) as exc:  # e.g. "Cannot use ReduceOp.AVG with Gloo"
-            reason = str(exc).strip().splitlines()[0]
-            return {"verdict": "cannot_test", "reason": f"{dist.get_backend()}: {reason}"}
+        except RuntimeError as exc:
+            reason = avg_refusal(exc, str(dist.get_backend()))
+            if reason is None:
+                raise  # any other failure of the collective is an error, never a skip
+            return {"verdict": "cannot_test", "reason": reason}
     else:
         averaged = fix.average_state_dict(model.state_dict())
 
@@ -303,5 +320,18 @@ def write_result(path, args, outcome, ranks, info, started) -> None:
     os.replace(tmp, path)
 
 
+def run() -> None:
+    """main() on every rank; a failure prints its traceback (its last line says what failed)
+    and exits ERROR_EXIT at once, without waiting on peers that may be stuck in a collective."""
+    try:
+        code = main()
+    except Exception:
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(ERROR_EXIT)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -29,10 +29,11 @@ as well: the control that the bug needs two or more. Where there is no GPU it as
 `Accelerator(cpu=True)` (the reporter ran `Accelerator()` on GPUs): releases from 1.13 on set
 up several CPU processes only when asked to, as `accelerate launch --cpu` does.
 
-Exit code of every process: 0 clean, 1 reproduced, 125 cannot test here (an accelerate that
-cannot be imported or set up for these processes with this torch); torchrun itself turns any
-nonzero worker code into 1. With REPRO_RESULT set, rank 0 writes the result
-JSON there. Standalone on purpose: it imports nothing from the harness that runs it.
+Exit code of every process: 0 clean, 1 reproduced, 125 cannot test here (only when accelerate
+sets up another number of processes than were launched), 3 error (anything else, an accelerate
+that fails to import included, after printing its traceback); torchrun itself turns any
+nonzero worker code into 1. With REPRO_RESULT set, rank 0 writes the result JSON there.
+Standalone on purpose: it imports nothing from the harness that runs it.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ import os
 import platform
 import sys
 import time
+import traceback
 
 EXIT = {"clean": 0, "reproduced": 1, "cannot_test": 125}
+ERROR_EXIT = 3  # neither a verdict nor cannot-test: `git bisect run` must not read it as one
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -62,27 +65,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
-
-
 def setup():
-    """Import accelerate and build the Accelerator; (accelerator, None) or (None, reason)."""
-    try:
-        import accelerate
-        from accelerate import Accelerator
-        from accelerate.utils import set_seed  # noqa: F401 (checked here, used later)
-    except Exception as exc:  # an accelerate that does not import with this torch
-        return None, f"accelerate does not import here: {first_line(exc)}"
-    import torch
+    """Import accelerate and build the Accelerator; (accelerator, None) or (None, reason).
 
-    try:
-        # cpu=True where there is no GPU: releases from 1.13 on only set up several CPU
-        # processes when asked to (what `accelerate launch --cpu` does).
-        accelerator = Accelerator(cpu=not torch.cuda.is_available())
-    except Exception as exc:
-        return None, f"accelerate {accelerate.__version__}: Accelerator() fails: {first_line(exc)}"
+    Only a measured mismatch (accelerate set up another number of processes than were
+    launched) is "cannot test here"; an import or set-up failure raises, an error."""
+    import accelerate
+    import torch
+    from accelerate import Accelerator
+
+    # cpu=True where there is no GPU: releases from 1.13 on only set up several CPU
+    # processes when asked to (what `accelerate launch --cpu` does).
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
     if accelerator.num_processes != int(os.environ.get("WORLD_SIZE", "1")):
         return None, (
             f"accelerate {accelerate.__version__} set up {accelerator.num_processes} process(es) "
@@ -254,5 +248,18 @@ def write_result(path, args, outcome, info, started) -> None:
     os.replace(tmp, path)
 
 
+def run() -> None:
+    """main() on every rank; a failure prints its traceback (its last line says what failed)
+    and exits ERROR_EXIT at once, without waiting on peers that may be stuck in a collective."""
+    try:
+        code = main()
+    except Exception:
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(ERROR_EXIT)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
