@@ -1,7 +1,10 @@
 # reprobox entry points. A fresh machine needs only python3 (3.11) and make:
 #   make repro   the main job: every repro's default variants on CPU, a verdict table at the end
 #   make test    the test suite (unit tests + real end-to-end runs of each repro)
-# Everything else (nox, uv, the repro environments with CPU torch) is installed on first use.
+# Everything else is installed on first use: nox and uv (a .venv), the repro environments with
+# CPU torch (see README "Environments" for where torch comes from), and what the system must
+# provide (scripts/setup-system.sh: g++ and ninja; for the tests also podman and a base image),
+# which is installed as root on Debian, else named with the command that installs it.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -10,20 +13,26 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NOX := $(BIN)/nox
 
-.PHONY: repro test test-quick lint lock verdicts clean
+.PHONY: repro test test-quick lint lock verdicts clean system system-compilers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
 	touch $@
 
-repro: $(STAMP)
+system:
+	@bash scripts/setup-system.sh
+
+system-compilers:
+	@bash scripts/setup-system.sh --no-containers
+
+repro: system-compilers $(STAMP)
 	@$(NOX) -t default; status=$$?; $(NOX) -s verdicts; exit $$status
 
-test: $(STAMP)
+test: system $(STAMP)
 	$(NOX) -s tests
 
-test-quick: $(STAMP)
+test-quick: system $(STAMP)
 	$(NOX) -s tests -- -m "not slow"
 
 lint: $(STAMP)

@@ -1,5 +1,6 @@
 """The GitHub Actions workflows: actionlint passes, actions are pinned, permissions are minimal,
-and no workflow input reaches a shell except through an environment variable."""
+no workflow input reaches a shell except through an environment variable, and each job would
+pass on a stock runner: CPU jobs name the torch source, GPU jobs pick runners by GPU count."""
 
 from __future__ import annotations
 
@@ -13,8 +14,13 @@ from typing import Any
 import pytest
 import yaml
 
+from reprobox.envs import torch_source
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+# What makes a job create repro environments (and so need the CPU build of torch).
+CREATES_ENVS = (".ci/run", "make test", 'nox -s "$SESSION"', "nox -s bisect", "reprobox run",
+                "nox -s report", "ensure_env")  # fmt: skip
 
 
 def _actionlint() -> str:
@@ -71,6 +77,54 @@ def test_inputs_reach_shells_only_through_env(path: Path) -> None:
         assert not re.search(r"\$\{\{\s*(inputs|matrix|github\.event)\.", script), script
 
 
+def _jobs() -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
+    """(workflow file, job name, job, workflow) for every job."""
+    found = []
+    for path in WORKFLOWS:
+        workflow = _load(path)
+        for name, job in workflow["jobs"].items():
+            found.append((path.name, name, job, workflow))
+    return found
+
+
+def _hosted(job: dict[str, Any]) -> bool:
+    runs_on = job["runs-on"]
+    return "self-hosted" not in (runs_on if isinstance(runs_on, list) else [runs_on])
+
+
+@pytest.mark.parametrize("where", _jobs(), ids=lambda w: f"{w[0]}:{w[1]}")
+def test_cpu_jobs_name_the_torch_source(where: tuple[str, str, dict, dict]) -> None:
+    """A hosted runner has no local wheel folder: a job that creates environments from the
+    committed CPU locks must point the harness at the PyTorch CPU index."""
+    _, _, job, workflow = where
+    steps = str(job.get("steps", []))
+    if not _hosted(job) or not any(marker in steps for marker in CREATES_ENVS):
+        return
+    env = {**workflow.get("env", {}), **job.get("env", {})}
+    assert env.get("REPROBOX_TORCH_INDEX") == torch_source.PYTORCH_CPU_INDEX
+    # System packages through the one script that knows them (and the runner's sudo).
+    for step in job["steps"]:
+        assert "apt-get" not in step.get("run", ""), step
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_nothing_chowns_the_runners_folders(path: Path) -> None:
+    for step in _steps(_load(path)):
+        assert "chown" not in step.get("run", ""), step
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    test = _load(ROOT / ".github" / "workflows" / "ci.yml")["jobs"]["test"]
+    runs = [step.get("run", "") for step in test["steps"]]
+    assert runs[-1] == ".ci/run"
+    ci_run = (ROOT / ".ci" / "run").read_text()
+    commands = [line for line in ci_run.splitlines() if line and not line.startswith("#")]
+    assert commands[-1] == "exec make test"
+    assert not any("apt-get" in line or "images/" in line for line in commands)
+    # The image tests pull a base where a registry is reachable (no root-only local build).
+    assert test["env"]["REPROBOX_BASE_IMAGE"].startswith("docker.io/")
+
+
 def test_matrix_workflow_shape() -> None:
     workflow = _load(ROOT / ".github" / "workflows" / "matrix.yml")
     plan = workflow["jobs"]["plan"]
@@ -79,21 +133,64 @@ def test_matrix_workflow_shape() -> None:
     assert "default matrix" in str(plan["steps"])
     assert "fromJSON(needs.plan.outputs.cpu)" in workflow["jobs"]["cpu"]["strategy"]["matrix"]
     gpu = workflow["jobs"]["gpu"]
-    assert gpu["runs-on"] == ["self-hosted", "gpu"]
+    assert gpu["runs-on"] == ["self-hosted", "gpu-${{ matrix.gpus }}"]  # a label per GPU count
     assert "nox -s image --" in str(gpu["steps"]) and "--platform gpu --run" in str(gpu["steps"])
     report = workflow["jobs"]["report"]
     assert set(report["needs"]) == {"plan", "cpu", "gpu"}
-    assert "nox -s report --" in str(report["steps"])
+    runs = [step.get("run", "") for step in report["steps"]]
+    assert 'nox -s report -- "$REPRO"' in runs  # with torch's collect_env: no --no-env
+    assert not any("--no-env" in run for run in runs)
+    assert any("ensure_env" in run for run in runs)  # the environments it reads
+
+
+def test_ci_matrix_names_the_gpu_count() -> None:
+    """The `gpus` of each GPU job (the runner label) is its variant's process count."""
+    from reprobox.core import spec
+    from reprobox.scaleout import jobs
+
+    cell = {"repro": "lm_head", "variant": "default"}
+    listed = [{"session": "repro_lm_head(default)", "call_spec": cell}]
+    found = jobs.github_matrix(ROOT, listed)
+    repro = spec.load(ROOT, "lm_head")
+    assert found["gpu"]["include"], "lm_head has a GPU image"
+    for row in found["gpu"]["include"]:
+        assert row["gpus"] == repro.launch(row["variant"]).processes >= 1
 
 
 def test_bisect_and_canary_shape() -> None:
     bisect = _load(ROOT / ".github" / "workflows" / "bisect.yml")
     inputs = bisect["on"]["workflow_dispatch"]["inputs"]
-    assert set(inputs) == {"repro", "package", "good", "bad", "post_to"}
-    assert bisect["jobs"]["post"]["permissions"] == {"contents": "read", "issues": "write"}
-    assert "gh issue comment" in str(bisect["jobs"]["post"]["steps"])
+    assert set(inputs) == {"repro", "package", "good", "bad", "by_date", "float", "post_to"}
+    for name in ("package", "good", "bad"):  # empty: repro.toml [bisect] decides
+        assert not inputs[name].get("required") and inputs[name]["default"] == ""
+    script = next(s["run"] for s in bisect["jobs"]["bisect"]["steps"] if s.get("name") == "Bisect")
+    assert '--by-date "$BY_DATE"' in script and '--float "$package"' in script
+    assert 'if [[ -n "$PACKAGE" ]]' in script  # an empty input is left out, not passed empty
+    post = bisect["jobs"]["post"]
+    assert post["permissions"] == {"contents": "read", "issues": "write"}
+    assert "needs.bisect.result == 'success'" in post["if"] and "always()" not in post["if"]
+    assert "gh issue comment" in str(post["steps"])
     canary = _load(ROOT / ".github" / "workflows" / "canary.yml")
     assert canary["on"]["schedule"]
     steps = str(canary["jobs"]["canary"]["steps"])
     assert "reprobox newest" in steps and "--variant fixed --with" in steps
     assert "upload-artifact" in steps
+
+
+def test_bisect_with_empty_inputs_runs_the_defaults(tmp_path: Path) -> None:
+    """The Bisect step's script with every optional input empty passes the repro alone."""
+    bisect = _load(ROOT / ".github" / "workflows" / "bisect.yml")
+    script = next(s["run"] for s in bisect["jobs"]["bisect"]["steps"] if s.get("name") == "Bisect")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nox").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (fake / "nox").chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "REPRO": "kl", "PACKAGE": "", "GOOD": "", "BAD": "",
+           "BY_DATE": "", "FLOAT": ""}  # fmt: skip
+    done = subprocess.run(["bash", "-e", "-c", script], env=env, capture_output=True, text=True)
+    assert done.stdout.split() == ["-s", "bisect", "--", "kl"], done.stderr
+    env |= {"BY_DATE": "2023-07-01..2023-11-30", "FLOAT": "trl accelerate"}
+    done = subprocess.run(["bash", "-e", "-c", script], env=env, capture_output=True, text=True)
+    assert done.stdout.split() == ["-s", "bisect", "--", "kl", "--by-date",
+                                   "2023-07-01..2023-11-30", "--float", "trl", "--float",
+                                   "accelerate"]  # fmt: skip
