@@ -16,15 +16,21 @@ from test_report import fake_repro, save_record
 
 from reprobox.cli import report as report_cli
 from reprobox.core.errors import BadInput
-from reprobox.core.records import RECORD_FILE, Record, results_dir
+from reprobox.core.records import RECORD_FILE, Record, RecordStore
 from reprobox.envs.index import Release
 from reprobox.scaleout import jobs, k8s
+from reprobox.scaleout.collect import collect
 
 
 @pytest.fixture
 def ppo_root(scratch_root: Path) -> Path:
     fake_repro(scratch_root)
     return scratch_root
+
+
+def results_dir(root: Path) -> Path:
+    """The results folder of a scratch checkout (conftest points REPROBOX_RESULTS there)."""
+    return root / "results"
 
 
 def _objects(text: str) -> list[dict]:
@@ -141,7 +147,7 @@ def test_pod_script_then_collect(ppo_root: Path, tmp_path: Path) -> None:
     (cells_dir / "cells.json").write_text(json.dumps(cells))
     assert _run_pod(cells[1], 1, cells_dir, tmp_path / "out_crash") == 3
 
-    found = k8s.collect(out, ppo_root)
+    found = collect(out, ppo_root, RecordStore(results_dir(ppo_root)))
     by_label = {r.label: r for r in found.records}
     assert set(by_label) == {"broken", "fixed"} and found.skipped == []
     assert by_label["broken"].verdict == "reproduced" and by_label["broken"].status == "match"
@@ -167,7 +173,7 @@ def test_collect_half_written_result_becomes_an_error_record(
     stray = tmp_path / "out" / "1"
     stray.mkdir()
     (stray / "cell.json").write_text(json.dumps({**cell, "repro": "nope"}))
-    found = k8s.collect(tmp_path / "out", ppo_root)
+    found = collect(tmp_path / "out", ppo_root, RecordStore(results_dir(ppo_root)))
     assert len(found.records) == 1
     record = found.records[0]
     assert record.status == "error" and record.verdict is None
@@ -181,16 +187,16 @@ def test_collect_copied_results_and_refuse_overlap(ppo_root: Path, tmp_path: Pat
     source = elsewhere / "ppo" / "broken" / Path(record.dir).name
     source.parent.mkdir(parents=True)
     Path(record.dir).rename(source)
-    found = k8s.collect(elsewhere, ppo_root)
+    found = collect(elsewhere, ppo_root, RecordStore(results_dir(ppo_root)))
     assert [r.label for r in found.records] == ["broken"]
-    assert Path(found.records[0].dir).parent == results_dir(ppo_root) / "ppo" / "broken"
+    assert Path(found.records[0].dir).parent == results_dir(ppo_root) / "ppo" / "cpu-broken"
     assert (source / RECORD_FILE).is_file()
     with pytest.raises(BadInput, match="overlaps"):
-        k8s.collect(results_dir(ppo_root), ppo_root)
+        collect(results_dir(ppo_root), ppo_root, RecordStore(results_dir(ppo_root)))
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(BadInput, match="no cell outputs"):
-        k8s.collect(empty, ppo_root)
+        collect(empty, ppo_root, RecordStore(results_dir(ppo_root)))
 
 
 def _listing(root: Path) -> list[dict]:

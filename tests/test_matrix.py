@@ -30,7 +30,7 @@ def test_matrix_product_with_expectation_rules(toy_root: Path) -> None:
     assert expected["clean[level=2]"] is Expectation.REPRODUCED  # the rule
     assert expected["clean[level=0]"] is Expectation.CLEAN  # the variant's own
     assert cells[1].call_spec() == {"repro": "toy", "variant": "clean", "level": "2"}
-    assert cells[1].slug == "clean@level=2"
+    assert cells[1].slug == "cpu-clean@level=2"
 
 
 def test_lm_head_matrix_covers_families_and_versions(root: Path) -> None:

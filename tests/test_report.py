@@ -14,7 +14,7 @@ import pytest
 
 from reprobox.cli import report as report_cli
 from reprobox.core.errors import BadInput
-from reprobox.core.records import Record, new_run_dir, results_dir
+from reprobox.core.records import Record, RecordStore
 from reprobox.report import build as report
 from reprobox.report import plots
 
@@ -62,6 +62,11 @@ pins = ["torch==2.13.0"]
 """
 
 
+def results_dir(root: Path) -> Path:
+    """The results folder of a scratch checkout (conftest points REPROBOX_RESULTS there)."""
+    return root / "results"
+
+
 def fake_repro(root: Path, name: str = "ppo") -> Path:
     """A repro directory with a series-writing script, as `kl` will be."""
     directory = root / "repros" / name
@@ -91,7 +96,7 @@ def save_record(
     packages = packages or {}
     label = variant + (f"[{','.join(f'{k}={v}' for k, v in packages.items())}]" if packages else "")
     slug = folder or label.replace("[", "@").rstrip("]")
-    run_dir = new_run_dir(root, repro, slug)
+    run_dir = RecordStore(results_dir(root)).new_run_dir(repro, slug)
     expect = expect or {"broken": "reproduced"}.get(variant, "clean")
     status = "error" if verdict is None else ("match" if verdict == expect else "mismatch")
     metrics = {"max_abs_kl_step0": kl, "max_abs_logp_diff": kl / 2, "steps": 3.0}
@@ -255,7 +260,7 @@ def test_newest_record_per_cell_wins(ppo_root: Path) -> None:
     save_record(ppo_root, "fixed", "reproduced", kl=0.3, started="2026-12-01T00:00:00Z")
     # the same cell under an older slug spelling, older: ignored
     save_record(ppo_root, "fixed", "clean", folder="fixed_old", started="2026-01-01T00:00:00Z")
-    loaded = report.load_records(ppo_root, "ppo")
+    loaded = report.load_records(RecordStore(results_dir(ppo_root)), "ppo")
     fixed = [r for r in loaded.records if r.label == "fixed"]
     assert len(fixed) == 1 and fixed[0].verdict == "reproduced"
     md = report.write_report(ppo_root, "ppo", NO_ENV).markdown.read_text()
@@ -351,7 +356,7 @@ def test_collect_env_runs_in_the_recorded_environment(ppo_root: Path) -> None:
 
 
 def test_key_metrics_prefer_separating_ones(ppo_root: Path) -> None:
-    records = report.load_records(ppo_root, "ppo").records
+    records = report.load_records(RecordStore(results_dir(ppo_root)), "ppo").records
     rules = ["max_abs_kl_step0"]
     metrics = report.key_metrics(records, rules)
     assert metrics == ["max_abs_kl_step0", "max_abs_logp_diff"]

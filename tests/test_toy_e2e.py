@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 
 
 def _records(root: Path, variant: str) -> list[dict]:
-    paths = sorted((root / "results" / "toy" / variant).glob("*/record.json"))
+    paths = sorted((root / "results" / "toy" / f"cpu-{variant}").glob("*/record.json"))
     return [json.loads(p.read_text()) for p in paths]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from reprobox.core.errors import LaunchError
-from reprobox.core.judge import Status, decide, judge
+from reprobox.core.judge import Status, decide, status_for
 from reprobox.core.protocol import Expectation, Verdict, read_result
 from reprobox.core.spec import Rule
 
@@ -38,12 +38,14 @@ def test_cannot_test_needs_no_metrics() -> None:
 
 
 def test_judge() -> None:
-    assert judge(Verdict.CLEAN, Expectation.CLEAN) is Status.MATCH
-    assert judge(Verdict.REPRODUCED, Expectation.CLEAN) is Status.MISMATCH
-    assert judge(Verdict.CANNOT_TEST, Expectation.CLEAN, [Verdict.CANNOT_TEST]) is Status.MATCH
-    assert judge(Verdict.REPRODUCED, Expectation.UNKNOWN) is Status.RECORDED
+    assert status_for(Verdict.CLEAN, Expectation.CLEAN) is Status.MATCH
+    assert status_for(Verdict.REPRODUCED, Expectation.CLEAN) is Status.MISMATCH
+    assert status_for(Verdict.CANNOT_TEST, Expectation.CLEAN, [Verdict.CANNOT_TEST]) is Status.MATCH
+    assert status_for(Verdict.REPRODUCED, Expectation.UNKNOWN) is Status.RECORDED
     # A repro that "reproduces" where it must not is as wrong as one that never does.
-    assert judge(Verdict.REPRODUCED, Expectation.CLEAN, [Verdict.CANNOT_TEST]) is Status.MISMATCH
+    assert (
+        status_for(Verdict.REPRODUCED, Expectation.CLEAN, [Verdict.CANNOT_TEST]) is Status.MISMATCH
+    )
 
 
 def _result(**over: object) -> dict:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -19,7 +19,7 @@ from packaging.version import Version
 
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Expectation, Verdict
-from reprobox.core.spec import MatrixSection, Repro
+from reprobox.core.spec import MatrixSection, Repro, check_version
 
 DEFAULT_CELL = "default"
 
@@ -29,12 +29,18 @@ VersionsInRange = Callable[[str, str, bool, bool], list[str]]
 
 @dataclass(frozen=True)
 class Cell:
+    """One variant at one matrix point on one platform, with the verdict expected there.
+
+    Every spelling of a cell lives here: its label (for people), slug (its results folder),
+    `reprobox run` arguments, nox session id and CI call_spec."""
+
     repro: str
     variant: str
     packages: tuple[tuple[str, str], ...] = ()  # (package, exact version) overrides
     params: tuple[tuple[str, str], ...] = ()  # (param, value) passed to the script
     expect: Expectation = Expectation.UNKNOWN
     also_ok: tuple[Verdict, ...] = ()
+    platform: str = "cpu"
 
     @property
     def label(self) -> str:
@@ -46,8 +52,10 @@ class Cell:
 
     @property
     def slug(self) -> str:
-        """The label as a safe directory name."""
-        return re.sub(r"[^A-Za-z0-9._=@,-]+", "_", self.label.replace("[", "@").rstrip("]"))
+        """The results folder of the cell: platform and label as a safe directory name, so
+        the same cell on cpu and gpu never shares a folder."""
+        label = re.sub(r"[^A-Za-z0-9._=@,-]+", "_", self.label.replace("[", "@").rstrip("]"))
+        return f"{self.platform}-{label}"
 
     def identity(self) -> dict[str, Any]:
         """The cell as plain data, as records and job descriptions carry it."""
@@ -61,10 +69,45 @@ class Cell:
             "also_ok": [v.value for v in self.also_ok],
         }
 
-    def run_args(self, platform: str = "cpu") -> list[str]:
-        return run_args(self.variant, dict(self.packages), dict(self.params), platform)
+    @classmethod
+    def from_identity(cls, data: Mapping[str, Any], platform: str = "cpu") -> Cell:
+        """The inverse of `identity` (a record or a job description read back)."""
+        return cls(
+            repro=str(data["repro"]),
+            variant=str(data["variant"]),
+            packages=tuple((str(k), str(v)) for k, v in dict(data.get("packages") or {}).items()),
+            params=tuple((str(k), str(v)) for k, v in dict(data.get("params") or {}).items()),
+            expect=Expectation(data.get("expect") or Expectation.UNKNOWN.value),
+            also_ok=tuple(Verdict(v) for v in data.get("also_ok") or ()),
+            platform=platform,
+        )
+
+    def on(self, platform: str) -> Cell:
+        """The same cell on another platform."""
+        return replace(self, platform=platform)
+
+    def run_args(self) -> list[str]:
+        """The `reprobox run <repro>` arguments that select exactly this cell."""
+        args = ["--variant", self.variant]
+        args += [f"--with={k}=={v}" for k, v in self.packages]
+        args += [f"--param={k}={v}" for k, v in self.params]
+        if self.platform != "cpu":
+            args += ["--platform", self.platform]
+        return args
+
+    @property
+    def session_params(self) -> str:
+        """How nox names the cell's parametrized session: `variant='broken', trl='0.7.1'`."""
+        point = [("variant", self.variant), *self.packages, *self.params]
+        return ", ".join(f"{k}={v!r}" for k, v in point)
+
+    @property
+    def session_id(self) -> str:
+        """The nox session that runs exactly this cell."""
+        return f"repro_{self.repro}({self.session_params})"
 
     def call_spec(self) -> dict[str, str]:
+        """The cell's nox call_spec (what `nox --json -l` lists for CI matrices)."""
         return {
             "repro": self.repro,
             "variant": self.variant,
@@ -73,22 +116,15 @@ class Cell:
         }
 
 
-def run_args(
-    variant: str, packages: Mapping[str, str], params: Mapping[str, str], platform: str = "cpu"
-) -> list[str]:
-    """The `reprobox run <repro>` arguments that select exactly this cell."""
-    args = ["--variant", variant]
-    args += [f"--with={k}=={v}" for k, v in packages.items()]
-    args += [f"--param={k}={v}" for k, v in params.items()]
-    if platform != "cpu":
-        args += ["--platform", platform]
+def script_args(repro: Repro, cell: Cell) -> list[str]:
+    """The script's arguments for a cell, in protocol order (repros/README.md)."""
+    variant = repro.variant(cell.variant)
+    args = ["--variant", cell.variant, *variant.args]
+    if variant.fix:
+        args += ["--fix", variant.fix]
+    for name, value in cell.params:
+        args += [f"--{name}", value]
     return args
-
-
-def session_params(variant: str, packages: Mapping[str, str], params: Mapping[str, str]) -> str:
-    """How nox names the cell's parametrized session: `variant='broken', trl='0.7.1'`."""
-    point = [("variant", variant), *packages.items(), *params.items()]
-    return ", ".join(f"{k}={v!r}" for k, v in point)
 
 
 def expectation(
@@ -120,6 +156,7 @@ def make_cell(
     variant: str,
     packages: Mapping[str, str] | None = None,
     params: Mapping[str, str] | None = None,
+    platform: str = "cpu",
 ) -> Cell:
     packages, params = dict(packages or {}), dict(params or {})
     expect, also_ok = expectation(repro, variant, packages, params)
@@ -130,13 +167,51 @@ def make_cell(
         params=tuple(params.items()),
         expect=expect,
         also_ok=also_ok,
+        platform=platform,
     )
 
 
-def default_cells(repro: Repro, variants: Iterable[str] | None = None) -> list[Cell]:
+def default_cells(
+    repro: Repro, variants: Iterable[str] | None = None, platform: str = "cpu"
+) -> list[Cell]:
     """The differential proof: each (default) variant at the repro's own pins."""
     names = list(variants) if variants is not None else repro.default_variants
-    return [make_cell(repro, name) for name in names]
+    return [make_cell(repro, name, platform=platform) for name in names]
+
+
+def requested_cells(
+    repro: Repro,
+    variants: Sequence[str] = (),
+    packages: Mapping[str, str] | None = None,
+    params: Mapping[str, str] | None = None,
+    platform: str = "cpu",
+    *,
+    matrix: bool = False,
+    versions_in_range: VersionsInRange | None = None,
+) -> list[Cell]:
+    """The cells a command line asks for: the whole matrix, the named variants, or (with
+    versions or params but no variant) the matrix's variants at that point, else the
+    default variants. Package overrides must be pins of the repro, at valid versions."""
+    packages, params = dict(packages or {}), dict(params or {})
+    repro.platform(platform)  # an unknown platform is an error naming the known ones
+    pinned = repro.pinned_packages()
+    for package, version in packages.items():
+        if canonicalize_name(package) not in pinned:
+            raise BadInput(f"--with {package}: not a package that {repro.name} pins")
+        check_version(version, f"--with {package}")
+    if matrix:
+        return [c.on(platform) for c in matrix_cells(repro, versions_in_range)]
+    if variants:
+        names = list(variants)
+    elif (packages or params) and repro.spec.matrix:
+        names = list(repro.spec.matrix.variants)  # a matrix point: the variants it runs
+    else:
+        names = list(repro.default_variants)
+    for name in names:
+        repro.variant(name)
+        if name not in repro.variants_on(platform):
+            raise BadInput(f"variant {name!r} of {repro.name} does not apply on {platform}")
+    return [make_cell(repro, name, packages, params, platform) for name in names]
 
 
 def matrix_cells(repro: Repro, versions_in_range: VersionsInRange | None = None) -> list[Cell]:

@@ -6,6 +6,7 @@ Every way a run can end has one exit code and one plain sentence. The CLI turns 
 
 from __future__ import annotations
 
+import signal
 from enum import IntEnum
 
 
@@ -22,9 +23,13 @@ class ExitCode(IntEnum):
     ENV_FAILED = 3  # the environment could not be resolved or installed
     RUN_FAILED = 4  # a rank crashed, or the result is missing or malformed
     NO_ENGINE = 5  # no usable container engine
+    INTEGRITY = 6  # a lock or image does not match its recorded hash (tampered or corrupt)
+    HARNESS_FAILED = 70  # the harness itself failed (an unexpected error, a full disk)
     TIMEOUT = 124  # the launch outlived its timeout (as timeout(1) reports it)
     CANNOT_TEST = 125  # the variant cannot be tested here
+    HANGUP = 129  # the terminal closed (128 + SIGHUP)
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+    TERMINATED = 143  # killed politely: a cancelled CI job, timeout(1), nox (128 + SIGTERM)
 
 
 class ReproboxError(Exception):
@@ -74,3 +79,20 @@ class EngineError(ReproboxError):
     """No container engine, or one that does not work."""
 
     exit_code = ExitCode.NO_ENGINE
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C so every clean-up path that handles
+    KeyboardInterrupt (records marked interrupted, ranks killed) runs for them too."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signal.Signals(signum)
+        super().__init__(self.signum.name)
+        self.exit_code: ExitCode = (
+            ExitCode.HANGUP if self.signum == signal.SIGHUP else ExitCode.TERMINATED
+        )
+
+
+def interrupt_code(exc: BaseException) -> ExitCode:
+    """The exit code an interrupt implies: 143 / 129 for a `Terminated`, else 130."""
+    return exc.exit_code if isinstance(exc, Terminated) else ExitCode.INTERRUPTED

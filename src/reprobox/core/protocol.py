@@ -13,6 +13,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from reprobox.core.errors import LaunchError
 
 RESULT_ENV = "REPRO_RESULT"
@@ -29,6 +31,26 @@ class Verdict(StrEnum):
     @property
     def exit_code(self) -> int:
         return {"clean": 0, "reproduced": 1, "cannot_test": 125}[self.value]
+
+
+def launch_exit_code(verdicts: list[Verdict]) -> int:
+    """The code every rank of a launch exits with for these results (one, or a batch's):
+    1 if any case reproduced, else 125 if any could not test, else 0."""
+    if Verdict.REPRODUCED in verdicts:
+        return 1
+    if Verdict.CANNOT_TEST in verdicts:
+        return 125
+    return 0
+
+
+class RankExit(BaseModel):
+    """How one process of a launch ended: `rank` None is the launcher itself; a negative
+    `code` is the signal that killed it (as subprocess reports it)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rank: int | None
+    code: int
 
 
 class Expectation(StrEnum):

@@ -20,22 +20,21 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
+from reprobox.bisect.summary import BisectSummary, read_summaries
 from reprobox.core import spec
-from reprobox.core.cells import run_args, session_params
 from reprobox.core.errors import BadInput
+from reprobox.core.protocol import Verdict
 from reprobox.core.records import (
-    RECORD_FILE,
     RECORD_SCHEMA,
     ForeignRecord,
     Record,
-    cell_dirs,
-    results_dir,
-    scan_cell,
-    written,
+    RecordStore,
 )
 from reprobox.report import plots
 from reprobox.report.scrub import Scrubber, looks_secret
@@ -64,6 +63,7 @@ class Loaded:
 @dataclass(frozen=True)
 class ReportOptions:
     out: Path | None = None  # default: results/<repro>/_report
+    results: Path | None = None  # the results folder (default: <checkout>/results)
     collect_env: bool = True  # run torch's collect_env with each environment's interpreter
     env_timeout: float = 180.0
 
@@ -82,50 +82,31 @@ class Report:
 # ---- reading
 
 
-def load_records(root: Path, name: str) -> Loaded:
-    """The newest readable record of every cell of `name` (one per platform and label).
+def load_records(store: RecordStore, name: str) -> Loaded:
+    """The newest readable record of every cell of `name`, by the store's one rule (the
+    table shows the same ones).
 
     A half-written record is skipped for the next older run of its cell, and named in the
     report; a record of another repro under this repro's folder is an error."""
-    base = results_dir(root) / name
+    base = store.repro_dir(name)
     if not base.is_dir():
         raise ReportError(f"no results for {name} under {base}; run `reprobox run {name}` first")
-    loaded = Loaded([])
-    newest: dict[tuple[str, str], Record] = {}
-    for cell_dir in cell_dirs(root, name):
-        try:
-            best, unreadable = scan_cell(cell_dir, name)
-        except ForeignRecord as exc:
-            raise ReportError(str(exc)) from None
-        if best is not None:
-            key = (best.platform, best.label)  # a cell under an older folder spelling too
-            if key not in newest or best.started_at > newest[key].started_at:
-                newest[key] = best
-        # Only a broken record that may be newer than the one used is worth a word.
-        cutoff = written(Path(best.dir) / RECORD_FILE) if best is not None else 0.0
-        loaded.skipped += [why for path, why in unreadable if written(path) >= cutoff]
-    if not newest:
+    try:
+        records, skipped = store.scan(name)
+    except ForeignRecord as exc:
+        raise ReportError(str(exc)) from None
+    loaded = Loaded(records, skipped)
+    if not loaded.records:
         extra = f" ({len(loaded.skipped)} unreadable)" if loaded.skipped else ""
         raise ReportError(f"no usable records for {name} under {base}{extra}")
-    loaded.records = list(newest.values())
     return loaded
 
 
-def bisect_summaries(root: Path, name: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every `_bisect/*/summary.json` of `name`, newest first, and the unreadable ones."""
-    found, skipped = [], []
-    base = results_dir(root) / name / BISECT_DIR
-    paths = sorted(base.glob("*/summary.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for path in paths:
-        try:
-            data = json.loads(path.read_text())
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-        except (OSError, ValueError) as exc:
-            skipped.append(f"{path}: {exc}")
-            continue
-        found.append({**data, "id": path.parent.name})
-    return found, skipped
+def bisect_summaries(store: RecordStore, name: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every `_bisect/*/summary.json` of `name`, newest first, and the unreadable ones
+    (read through the bisect's own model, so the report and the bisect agree on fields)."""
+    found, skipped = read_summaries(store.repro_dir(name) / BISECT_DIR)
+    return [{**s.model_dump(mode="json"), "id": s.id} for s in found], skipped
 
 
 def order_records(records: Sequence[Record], variants: Sequence[str]) -> list[Record]:
@@ -265,7 +246,9 @@ class _Builder:
         self.variants = variants
         self.records = order_records(loaded.records, variants)
         self.skipped = list(loaded.skipped)
-        self.rules = [rule.metric for rule in repro.spec.verdict.reproduced_if]
+        # The metrics every cell's own rule reads (a variant may have its own [verdict]).
+        shown = dict.fromkeys(r.variant for r in self.records)
+        self.rules = list(dict.fromkeys(rule.metric for v in shown for rule in _rules_of(repro, v)))
         self.metrics = key_metrics(self.records, self.rules)
         self.platforms = len({r.platform for r in self.records})
 
@@ -345,10 +328,7 @@ class _Builder:
             if self.platforms > 1:
                 row.insert(1, r.platform)
             rows.append(row)
-        rules = ", ".join(
-            f"`{rule.metric} > {rule.above:g}`" for rule in self.repro.spec.verdict.reproduced_if
-        )
-        intro = f"Reproduced when any of {rules} holds (repro.toml `[verdict] reproduced_if`)."
+        intro = _rules_intro(self.repro, [r.variant for r in self.records])
         runs = [
             [
                 f"`{r.label}`",
@@ -384,37 +364,114 @@ class _Builder:
         if not summaries:
             return _Section("")
         lines = ["## Bisect", ""]
-        for number, summary in enumerate(summaries):
-            facts = _table(
-                ["status", "package", "good", "bad", "first", "candidates"],
-                [
-                    [
-                        summary.get("status", ""),
-                        summary.get("package", ""),
-                        summary.get("good", ""),
-                        summary.get("bad", ""),
-                        summary.get("first", "") or "",
-                        ", ".join(str(c) for c in summary.get("candidates") or []),
-                    ]
-                ],
-            )
-            probes = summary.get("probes") or []
+        for number, data in enumerate(summaries):
+            summary = BisectSummary.model_validate(data)
+            body = f"**{summary.result}**"
+            doubts = self._bisect_doubts(summary)
+            if doubts:
+                body += "\n\n" + doubts
+            body += "\n\n" + self._bisect_facts(summary)
+            probes = summary.probes
             probe_table = _table(
                 ["probe", "verdict", "wall s"],
                 [
-                    [p.get("item", ""), p.get("verdict") or "skip", _fmt(p.get("wall_s"))]
+                    [
+                        p.item + "".join(f" ({t})" for t in p.tags),
+                        p.verdict or "skip",
+                        _fmt(p.wall_s),
+                    ]
                     for p in probes
-                    if isinstance(p, dict)
                 ],
             )
-            body = f"**{summary.get('result', '')}**\n\n{facts}"
             if probes:
                 body += "\n\n" + _details(f"{len(probes)} probes", probe_table)
             if number == 0:
                 lines += [body, ""]
             else:
-                lines += [_details(f"Earlier bisect {summary['id']}", body), ""]
+                kind = "sweep" if summary.kind == "sweep" else "bisect"
+                lines += [_details(f"Earlier {kind} {data.get('id', '')}", body), ""]
         return _Section("\n".join(lines).rstrip())
+
+    @staticmethod
+    def _bisect_facts(summary: BisectSummary) -> str:
+        if summary.kind == "sweep":
+            events = ", ".join(
+                f"introduced {e.introduced}" if e.introduced is not None else f"fixed {e.fixed}"
+                for e in summary.events
+            )
+            return _table(
+                ["package", "range", "affected", "events", "untested"],
+                [
+                    [
+                        summary.package or "",
+                        summary.range or "",
+                        summary.affected or "none",
+                        events,
+                        ", ".join(summary.untested),
+                    ]
+                ],
+            )
+        if summary.kind == "date":
+            return _table(
+                ["status", "days (UTC)", "first", "new that day", "culprit"],
+                [
+                    [
+                        summary.status,
+                        f"{summary.start}..{summary.end}",
+                        summary.first or "",
+                        "; ".join(summary.released_on_day),
+                        ", ".join(summary.culprit),
+                    ]
+                ],
+            )
+        yanked = set(summary.yanked)
+        return _table(
+            ["status", "package", "good", "bad", "first", "candidates"],
+            [
+                [
+                    summary.status,
+                    summary.package or "",
+                    summary.good or "",
+                    summary.bad or "",
+                    summary.first or "",
+                    ", ".join(f"{c} (yanked)" if c in yanked else c for c in summary.candidates),
+                ]
+            ],
+        )
+
+    def _bisect_doubts(self, summary: BisectSummary) -> str:
+        """Why a bisect's answer is not certain: contradictions it found, and verdicts of
+        this report's own records (which may be newer than the bisect) that contradict it."""
+        lines = [
+            f"- {summary.package or ''} {c.item}: {c.verdict.value} ({c.source}), "
+            f"the answer implies {c.expected.value}"
+            for c in summary.contradictions
+        ]
+        if summary.kind == "release" and summary.status in ("found", "ambiguous"):
+            known = [
+                (dict(r.packages)[k], Verdict(r.verdict), f"the {r.label} cell of this report")
+                for r in self.records
+                for k in r.packages
+                if len(r.packages) == 1
+                and canonicalize_name(k) == summary.package
+                and r.variant == summary.variant
+                and r.platform == summary.platform
+                and not r.params
+                and r.verdict in (Verdict.CLEAN.value, Verdict.REPRODUCED.value)
+            ]
+            against, _ = summary.contradicted_by(known)
+            if against:
+                lines = [
+                    "**Not certain:** records in this report contradict this answer, so the "
+                    "verdict changes more than once in the range (run `reprobox sweep`):",
+                    *(
+                        f"- {summary.package} {c.item}: {c.verdict.value} ({c.source}), "
+                        f"the answer implies {c.expected.value}"
+                        for c in against
+                    ),
+                    *lines,
+                ]
+        return "\n".join(lines)
 
     def commands(self) -> _Section:
         name = self.repro.name
@@ -470,12 +527,11 @@ class _Builder:
         return _Section("\n".join(lines))
 
     def session_id(self, record: Record) -> str:
-        point = session_params(record.variant, record.packages, record.params)
-        return f"repro_{self.repro.name}({point})"
+        return record.cell().session_id
 
     @staticmethod
     def run_args(record: Record) -> list[str]:
-        return run_args(record.variant, record.packages, record.params, record.platform)
+        return record.cell().run_args()
 
     def lock_line(self, record: Record) -> str:
         """Where the run's environment comes from: a committed lock, or the pins."""
@@ -674,8 +730,30 @@ def artifact_hint() -> str:
 # ---- writing
 
 
-def default_out(root: Path, name: str) -> Path:
-    return results_dir(root) / name / REPORT_DIR
+def _rules_of(repro: spec.Repro, variant: str) -> list[spec.Rule]:
+    try:
+        return repro.rules(variant)
+    except BadInput:  # a variant since removed from repro.toml: the repro's rule
+        return list(repro.spec.verdict.reproduced_if)
+
+
+def _rules_intro(repro: spec.Repro, variants: Sequence[str]) -> str:
+    """Which rule decided which cells: the repro's, and each variant's own where it has one."""
+
+    def text(rules: list[spec.Rule]) -> str:
+        return ", ".join(f"`{rule.metric} > {rule.above:g}`" for rule in rules)
+
+    own = {v: _rules_of(repro, v) for v in dict.fromkeys(variants)}
+    base = list(repro.spec.verdict.reproduced_if)
+    lines = [f"Reproduced when any of {text(base)} holds (repro.toml `[verdict] reproduced_if`)"]
+    for variant, rules in own.items():
+        if rules != base:
+            lines.append(f"`{variant}`: its own rule, {text(rules)}")
+    return "; ".join(lines) + "."
+
+
+def default_out(results: Path, name: str) -> Path:
+    return results / name / REPORT_DIR
 
 
 def _check_out(out: Path) -> None:
@@ -694,11 +772,12 @@ def write_report(
 ) -> Report:
     """Build the report of `name` from the records on disk and swap it into its folder."""
     repro = spec.load(root, name)
-    out = (options.out or default_out(root, name)).absolute()
+    store = RecordStore(options.results or root / "results")
+    out = (options.out or default_out(store.base, name)).absolute()
     _check_out(out)
-    loaded = load_records(root, name)
+    loaded = load_records(store, name)
     scrub = scrubber or Scrubber()
-    summaries, bisect_skipped = bisect_summaries(root, name)
+    summaries, bisect_skipped = bisect_summaries(store, name)
     builder = _Builder(root, repro, loaded, scrub)
     progress(f"report {name}: {len(builder.records)} cells, {len(summaries)} bisect(s)")
 
@@ -739,7 +818,7 @@ def write_report(
             "title": repro.spec.repro.title,
             "upstream": repro.spec.repro.upstream,
             "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "records": [asdict(r) for r in builder.records],
+            "records": [r.to_json() for r in builder.records],
             "bisect": summaries,
             "skipped": [*builder.skipped, *bisect_skipped],
         }

@@ -15,10 +15,9 @@ from typing import Any, Literal
 
 from reprobox.core import cells as matrix
 from reprobox.core import spec
-from reprobox.core.cells import Cell
+from reprobox.core.cells import Cell, script_args
 from reprobox.core.errors import BadInput, ReproboxError
-from reprobox.run.backends import container as images
-from reprobox.run.pipeline import script_args
+from reprobox.run.layout import container_argv
 from reprobox.scaleout import noxview as sessions
 
 Which = Literal["default", "matrix", "all"]
@@ -60,19 +59,19 @@ class JobCell:
 def image_launch(repro: spec.Repro, variant: str) -> list[str]:
     """The launcher command inside the repro's image, up to and including the script (each
     pod streams its own output, so no per-rank log folder)."""
-    return images.container_argv(repro, variant, [], rank_logs=False)
+    return container_argv(repro, variant, [], rank_logs=False)
 
 
-def select_cells(root: Path, name: str, which: Which = "all") -> list[Cell]:
+def select_cells(root: Path, name: str, which: Which = "all", platform: str = "cpu") -> list[Cell]:
     """The default cells, the matrix cells, or both (a version range needs the index)."""
     repro = spec.load(root, name)
     cells: list[Cell] = []
     if which in ("default", "all"):
-        cells += matrix.default_cells(repro)
+        cells += matrix.default_cells(repro, platform=platform)
     if which in ("matrix", "all"):
         from reprobox.envs.index import versions_in_range
 
-        cells += matrix.matrix_cells(repro, versions_in_range)
+        cells += [c.on(platform) for c in matrix.matrix_cells(repro, versions_in_range)]
     return cells
 
 
@@ -81,7 +80,7 @@ def job_cells(root: Path, name: str, which: Which = "all", platform: str = "cpu"
     repro = spec.load(root, name)
     repro.platform(platform)  # unknown platform: BadInput naming the ones it has
     jobs = []
-    for index, cell in enumerate(select_cells(root, name, which)):
+    for index, cell in enumerate(select_cells(root, name, which, platform)):
         launch = repro.launch(cell.variant)
         jobs.append(
             JobCell(
@@ -89,7 +88,7 @@ def job_cells(root: Path, name: str, which: Which = "all", platform: str = "cpu"
                 **cell.identity(),
                 slug=cell.slug,
                 platform=platform,
-                run_args=cell.run_args(platform),
+                run_args=cell.run_args(),
                 launch=image_launch(repro, cell.variant),
                 args=script_args(repro, cell),
                 env=dict(launch.env),

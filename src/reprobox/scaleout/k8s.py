@@ -7,27 +7,19 @@ cell's launcher and arguments, and leaves `cell.json`, `result.json`, `launch.lo
 need different environments (variant, package versions) go to one Job each; the index in
 `/out/<index>/` is the cell's place in the whole list, so the directories never collide.
 
-`collect` turns such a tree (or a copied results tree) into records under results/.
+`reprobox collect` (scaleout/collect.py) turns such a tree into records under results/.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from reprobox.core import spec
-from reprobox.core.cells import Cell
-from reprobox.core.errors import BadInput, LaunchError
-from reprobox.core.judge import Status, decide, judge
-from reprobox.core.protocol import Expectation, Verdict, read_result
-from reprobox.core.records import RECORD_FILE, Record, new_run_dir, results_dir
+from reprobox.core.errors import BadInput
 from reprobox.scaleout.jobs import JobCell
 
 CELLS_KEY = "cells.json"
@@ -191,109 +183,3 @@ _Dumper.add_representer(str, _str)
 def dump(objects: list[dict[str, Any]]) -> str:
     """Multi-document YAML that `kubectl apply -f` takes."""
     return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, width=100)
-
-
-# ---- collecting the pods' output back into results/
-
-
-@dataclass
-class Collected:
-    records: list[Record]
-    skipped: list[str]  # one line each: a directory that could not be imported, and why
-
-
-def collect(source: Path, root: Path) -> Collected:
-    """Import every per-cell output under `source` as a new record under results/.
-
-    Two shapes are understood: a pod's `/out/<index>/` (cell.json + result.json), judged here
-    with the repro's rule as a local run would be; and a run directory copied from another
-    machine's results/ (record.json), imported as it is. Nothing under `source` is changed, and
-    existing records are never touched: each import gets a fresh run directory."""
-    if not source.is_dir():
-        raise BadInput(f"{source}: no such directory to collect from")
-    results = results_dir(root).resolve()
-    here = source.resolve()
-    if here == results or results in here.parents or here in results.parents:
-        raise BadInput(f"{source} overlaps {results}: collect from a copy outside results/")
-    found = Collected([], [])
-    outputs = [p.parent for p in [*source.rglob(CELL_FILE), *source.rglob(RECORD_FILE)]]
-    dirs = sorted({d for d in outputs if not _hidden(d.relative_to(source))})
-    if not dirs:
-        raise BadInput(f"{source}: no cell outputs (cell.json or record.json) found")
-    for directory in dirs:
-        try:
-            if (directory / RECORD_FILE).is_file():
-                found.records.append(_import_record(directory, root))
-            else:
-                found.records.append(_import_cell(directory, root))
-        except (BadInput, OSError, ValueError, TypeError, KeyError) as exc:
-            found.skipped.append(f"{directory}: {exc}")
-    return found
-
-
-def _hidden(relative: Path) -> bool:
-    """Report and bisect folders (`_report`, `_bisect`) are not cell outputs."""
-    return any(part.startswith(("_", ".")) for part in relative.parts)
-
-
-def _copy_run(directory: Path, root: Path, repro: str, slug: str) -> Path:
-    run_dir = new_run_dir(root, repro, slug)
-    shutil.copytree(directory, run_dir, dirs_exist_ok=True)
-    return run_dir
-
-
-def _import_record(directory: Path, root: Path) -> Record:
-    record = Record.load(directory / RECORD_FILE)
-    spec.load(root, record.repro)  # an unknown repro is an error, not a new results dir
-    cell = Cell(
-        record.repro, record.variant, tuple(record.packages.items()), tuple(record.params.items())
-    )
-    run_dir = _copy_run(directory, root, record.repro, cell.slug)
-    record.dir = str(run_dir)
-    record.save()
-    return record
-
-
-def _import_cell(directory: Path, root: Path) -> Record:
-    cell = json.loads((directory / CELL_FILE).read_text())
-    repro = spec.load(root, cell["repro"])
-    run_dir = _copy_run(directory, root, repro.name, cell["slug"])
-    exit_file = run_dir / EXIT_FILE
-    exit_text = exit_file.read_text().strip() if exit_file.is_file() else ""
-    record = Record(
-        repro=repro.name,
-        variant=cell["variant"],
-        label=cell["label"],
-        packages=dict(cell.get("packages", {})),
-        params=dict(cell.get("params", {})),
-        expect=cell.get("expect", Expectation.UNKNOWN.value),
-        also_ok=list(cell.get("also_ok", [])),
-        status=Status.ERROR.value,
-        verdict=None,
-        command=[*cell.get("launch", []), *cell.get("args", [])],
-        returncode=int(exit_text) if exit_text.lstrip("-").isdigit() else None,
-        platform=cell.get("platform", "cpu"),
-        started_at=time.strftime(
-            "%Y-%m-%dT%H:%M:%SZ", time.gmtime((directory / CELL_FILE).stat().st_mtime)
-        ),
-        dir=str(run_dir),
-    )
-    try:
-        result = read_result(run_dir / "result.json")
-        verdict, fired = decide(
-            Verdict(result["verdict"]), result["metrics"], repro.spec.verdict.reproduced_if
-        )
-    except LaunchError as exc:
-        record.reason = f"{exc}; pod exit {record.returncode}"
-        record.exit_code = int(exc.exit_code)
-        record.save()
-        return record
-    record.result, record.metrics = result, result["metrics"]
-    record.verdict = verdict.value
-    record.wall_s = float(result.get("wall_time_s") or 0.0)
-    record.reason = result.get("reason") or fired
-    status = judge(verdict, Expectation(record.expect), [Verdict(v) for v in record.also_ok])
-    record.status = status.value
-    record.exit_code = 1 if status is Status.MISMATCH else 0
-    record.save()
-    return record

@@ -53,7 +53,7 @@ def session_cells(root: Path, name: str) -> tuple[list[str], list[SessionCell], 
         point = {**dict(cell.packages), **dict(cell.params)}
         found.append(
             SessionCell(
-                id=matrix.session_params(cell.variant, dict(cell.packages), dict(cell.params)),
+                id=cell.session_params,
                 call_spec={
                     "repro": name,
                     "variant": cell.variant,

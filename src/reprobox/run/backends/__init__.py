@@ -1,0 +1,1 @@
+"""Back ends: where a launch runs (see run/backend.py for the interface)."""

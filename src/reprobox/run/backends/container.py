@@ -20,22 +20,25 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from reprobox.core import settings
-from reprobox.core.cells import Cell, make_cell
-from reprobox.core.errors import BadInput, EngineError, EnvError, LaunchTimeout
-from reprobox.core.protocol import CACHE_ENV, RESULT_ENV
-from reprobox.core.records import Record
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from reprobox.core.cells import Cell, make_cell, script_args
+from reprobox.core.errors import BadInput, EngineError, EnvError, ExitCode
+from reprobox.core.judge import Launched
+from reprobox.core.protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV
+from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
 from reprobox.envs import uv
 from reprobox.envs.torch_source import find_links
-from reprobox.run import launcher as launch
-from reprobox.run import pipeline as workflow
+from reprobox.run.backend import PLAN_FILE, RESULT_FILE, LaunchRequest, Prepared
 from reprobox.run.dockerfile import install_env_arg
+from reprobox.run.exits import last_error, launcher_exits
+from reprobox.run.launcher import collect_rank_logs
+from reprobox.run.layout import CACHE, IMAGE_UID, IN_IMAGE, OUT, case_out, container_argv
+from reprobox.run.pipeline import lock_for, plan_text
 
-IMAGE_USER = "10001"
-IN_IMAGE = {"venv": Path("/opt/venv"), "repro": Path("/opt/repro"), "fixes": Path("/opt/fixes")}
-OUT = Path("/out")
-CACHE = Path("/cache")
 BUILD_TIMEOUT_S = 3600
 
 
@@ -56,7 +59,7 @@ class Engine:
         """A host folder the image's (non-root) user can write."""
         if self.name == "podman":
             return ["-v", f"{host_dir}:{target}:U"]  # hands the folder to the image's user
-        os.chown(host_dir, int(IMAGE_USER), int(IMAGE_USER))
+        os.chown(host_dir, IMAGE_UID, IMAGE_UID)
         return ["-v", f"{host_dir}:{target}"]
 
     def gpu_flags(self) -> list[str]:
@@ -103,15 +106,16 @@ class ImageSpec:
 
 
 def image_spec(
-    root: Path, repro: Repro, variant: str, platform: str, overrides: dict[str, str] | None = None
+    root: Path, repro: Repro, variant: str, platform: str, lock: Path | None = None
 ) -> ImageSpec:
-    """The image of a variant: tagged by the hash of everything that goes into it."""
+    """The image of a variant (at `lock`, default its committed lock): tagged by the hash of
+    everything that goes into it."""
     dockerfile = root / "images" / repro.name / "Dockerfile"
     if not dockerfile.is_file():
         raise BadInput(f"{repro.name} has no image: images/{repro.name}/Dockerfile is missing")
     if variant not in repro.variants_on(platform):
         raise BadInput(f"variant {variant!r} of {repro.name} does not apply on {platform}")
-    lock = workflow.lock_for(repro, variant, platform, overrides)
+    lock = lock or lock_for(repro, variant, platform)
     digest = hashlib.sha256()
     for path in [lock, dockerfile, root / "images" / "install-lock.sh", *_tree(repro.dir),
                  *_tree(repro.fixes_dir)]:  # fmt: skip
@@ -134,6 +138,7 @@ def build(
     base: str | None = None,
     ca_bundle: Path | None = None,
     log_dir: Path,
+    cache: Path | None = None,
     no_cache: bool = False,
 ) -> bool:
     """Build the image unless it exists; True when built. The context holds only the lock,
@@ -146,7 +151,7 @@ def build(
         raise BadInput(f"--ca-bundle {ca_bundle}: no such file")
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / "build.log"
-    with tempfile.TemporaryDirectory(prefix="reprobox-context-", dir=settings.cache_dir()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="reprobox-context-", dir=cache) as tmp:
         context = _context(Path(tmp), spec)
         versions = " ".join(spec.repro.requirements(spec.variant, spec.platform))
         cmd = [engine.name, "build", "--target", spec.platform, "-f", str(spec.dockerfile),
@@ -155,7 +160,7 @@ def build(
             "INSTALL_ENV": install_env_arg(spec.repro, spec.platform),
             "NO_BUILD_ISOLATION": " ".join(spec.repro.spec.env.no_build_isolation),
             "LOCK_SHA256": spec.lock_sha256, "REPRO": spec.repro.name, "VARIANT": spec.variant,
-            "REPRO_COMMAND": shlex.join(container_argv(spec.repro, spec.variant)),
+            "REPRO_COMMAND": shlex.join(_default_command(spec.repro, spec.variant)),
         }  # fmt: skip
         if base:
             args["BASE" if spec.platform == "cpu" else "GPU_BASE"] = base
@@ -181,7 +186,8 @@ def build(
     label = _inspect_label(engine, spec.tag, "org.reprobox.lock-sha256")
     if label != spec.lock_sha256:
         raise EnvError(
-            f"lock hash mismatch: image {spec.tag} says {label}, lock is {spec.lock_sha256}"
+            f"lock hash mismatch: image {spec.tag} says {label}, lock is {spec.lock_sha256}",
+            exit_code=ExitCode.INTEGRITY,
         )
     log.write_text(log.read_text() + f"built in {time.monotonic() - started:.1f}s\n")
     return True
@@ -197,13 +203,37 @@ def _context(directory: Path, spec: ImageSpec) -> Path:
     (directory / "wheels").mkdir()
     (directory / "tools").mkdir()
     _link(Path(uv.uv_bin()), directory / "tools" / "uv")
-    locked = spec.lock.read_text()
+    pinned = lock_pins(spec.lock.read_text())
     for folder in find_links() if spec.platform == "cpu" else ():
         for wheel in Path(folder).glob("*.whl"):
-            name, version = wheel.name.split("-")[:2]
-            if f"{name.replace('_', '-')}=={version}" in locked.replace("_", "-"):
+            try:
+                name, version, _, _ = parse_wheel_filename(wheel.name)
+            except InvalidWheelFilename:
+                continue
+            if pinned.get(name) == version:  # 2.13.0 is not 2.13.0+cpu
                 _link(wheel, directory / "wheels" / wheel.name)
     return directory
+
+
+def lock_pins(text: str) -> dict[str, Version]:
+    """The exact version of every package a hashed lock installs."""
+    pins: dict[str, Version] = {}
+    for line in text.splitlines():
+        if not line.strip() or line[0] in " #-":
+            continue
+        try:
+            requirement = Requirement(line.rstrip(" \\"))
+        except InvalidRequirement:
+            continue
+        for spec in requirement.specifier:
+            if spec.operator == "==":
+                pins[canonicalize_name(requirement.name)] = Version(spec.version)
+    return pins
+
+
+def _default_command(repro: Repro, variant: str) -> list[str]:
+    """What the image runs when a person starts it with no command: the variant itself."""
+    return container_argv(repro, variant, script_args(repro, make_cell(repro, variant)))
 
 
 def _link(source: Path, dest: Path) -> None:
@@ -211,98 +241,6 @@ def _link(source: Path, dest: Path) -> None:
         os.link(source, dest)
     except OSError:
         shutil.copy2(source, dest)
-
-
-def container_argv(
-    repro: Repro, variant: str, script_args: list[str] | None = None, *, rank_logs: bool = True
-) -> list[str]:
-    """The variant's launcher command as it runs inside its image (None: the variant's own
-    script arguments). The plain python launcher's ranks are started by the harness on a
-    host; inside an image torchrun starts them, with the same torch.distributed environment."""
-    spec = repro.launch(variant)
-    launcher, launcher_args = spec.launcher, spec.args
-    if launcher == "python" and spec.processes > 1:
-        launcher, launcher_args = "torchrun", []
-    if script_args is None:
-        script_args = workflow.script_args(repro, make_cell(repro, variant))
-    plan = launch.LaunchPlan(
-        launcher=launcher,
-        bin_dir=IN_IMAGE["venv"] / "bin",
-        processes=spec.processes,
-        script=IN_IMAGE["repro"] / repro.spec.repro.script,
-        script_args=script_args,
-        timeout=spec.timeout,
-        log_dir=OUT,
-        cwd=IN_IMAGE["repro"],
-        launcher_args=launcher_args,
-        config=IN_IMAGE["repro"] / spec.config if spec.config else None,
-        port=29500,
-        rank_logs=rank_logs,
-    )
-    return plan.argv()
-
-
-def run_cell(
-    root: Path,
-    engine: Engine,
-    spec: ImageSpec,
-    cell: Cell,
-    options: workflow.RunOptions,
-    *,
-    gpus: bool = False,
-) -> Record:
-    """Run one cell in its image; the record is judged exactly as a venv run's."""
-    repro = spec.repro
-    pending = workflow.new_pending(root, repro, cell, options)
-    record, run_dir = pending.record, pending.run_dir
-    record.lock, record.lock_hash = str(spec.lock), spec.tag.rsplit("-", 1)[-1]
-    record.runner = f"{engine.name} {spec.tag}"
-    argv = container_argv(repro, cell.variant, workflow.script_args(repro, cell))
-    launch_spec = repro.launch(cell.variant)
-    env = {**launch_spec.env, RESULT_ENV: str(OUT / "result.json"), CACHE_ENV: str(CACHE),
-           "PYTHONPATH": str(IN_IMAGE["fixes"]), "HF_HUB_OFFLINE": "1"}  # fmt: skip
-    # What the script builds (a tiny model, JIT ops) outlives the container, as in a venv run.
-    cache = settings.cache_dir() / "repro-cache" / f"{repro.name}-image"
-    cache.mkdir(parents=True, exist_ok=True)
-    name = f"reprobox-{uuid.uuid4().hex[:12]}"
-    cmd = [engine.name, "run", "--rm", "--name", name, "--shm-size", "1g",
-           *engine.out_mount(run_dir), *engine.out_mount(cache, CACHE)]  # fmt: skip
-    for key, value in env.items():
-        cmd += ["-e", f"{key}={value}"]
-    cmd += [*(engine.gpu_flags() if gpus else []), spec.tag, *argv]
-    record.command = cmd
-    timeout = options.timeout or launch_spec.timeout
-    with workflow.recording([pending]):
-        started = time.monotonic()
-        with (run_dir / "launch.log").open("wb") as sink:
-            sink.write(f"$ {shlex.join(cmd)}\n".encode())
-            sink.flush()
-            proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)  # fmt: skip
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                engine.remove(name)
-                proc.wait()
-                raise LaunchTimeout(
-                    f"timed out after {timeout:g}s; container {name} killed and removed; "
-                    f"logs in {run_dir}"
-                ) from None
-            except BaseException:
-                engine.remove(name)
-                proc.wait()
-                raise
-        outcome = launch.LaunchOutcome(
-            returncode=proc.returncode,
-            wall_s=time.monotonic() - started,
-            timed_out=False,
-            log=run_dir / "launch.log",
-            rank_logs=launch.collect_rank_logs(run_dir),
-        )
-        record.wall_s, record.returncode = outcome.wall_s, outcome.returncode
-        workflow.judge_result(repro, pending, outcome, run_dir)
-    record.save()
-    return record
 
 
 def _inspect_label(engine: Engine, tag: str, label: str) -> str:
@@ -329,3 +267,108 @@ def _quiet(cmd: list[str]) -> int:
         return subprocess.run(cmd, capture_output=True, timeout=120).returncode
     except (OSError, subprocess.TimeoutExpired):
         return 1
+
+
+class ContainerBackend:
+    """Runs launches inside each variant's pinned image (podman or docker), judged exactly
+    as venv runs are: the pipeline's preflight, batching and judge apply unchanged."""
+
+    name = "container"
+
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Engine,
+        *,
+        base: str | None = None,
+        no_cache: bool = False,
+    ) -> None:
+        self.settings, self.engine, self.base, self.no_cache = settings, engine, base, no_cache
+        self.built: list[tuple[str, bool, float]] = []  # (tag, built now, seconds)
+
+    def prepare(self, repro: Repro, cell: Cell, lock: Path) -> Prepared:
+        spec = image_spec(self.settings.root, repro, cell.variant, cell.platform, lock)
+        logs = self.settings.results / repro.name / "_images" / spec.tag.rsplit(":", 1)[-1]
+        started = time.monotonic()
+        built = build(
+            self.engine,
+            spec,
+            base=self.base,
+            ca_bundle=self.settings.ca_bundle,
+            log_dir=logs,
+            cache=self.settings.cache,
+            no_cache=self.no_cache and spec.tag not in {t for t, _, _ in self.built},
+        )
+        self.built.append((spec.tag, built, time.monotonic() - started))
+        return Prepared(
+            key=spec.tag,
+            lock=lock,
+            lock_hash=spec.tag.rsplit("-", 1)[-1],
+            runner=f"{self.engine.name} {spec.tag}",
+            env_s=time.monotonic() - started,
+            handle=spec,
+        )
+
+    def _run_argv(self, prepared: Prepared, request: LaunchRequest, name: str) -> list[str]:
+        spec: ImageSpec = prepared.handle
+        lead = request.lead
+        preflight = list(request.preflight) if request.preflight is not None else None
+        if len(request.cases) > 1 and preflight is None:
+            plan = lead.run_dir / PLAN_FILE
+            paths = [str(case_out(i) / RESULT_FILE) for i in range(len(request.cases))]
+            plan.write_text(plan_text(request, paths))
+            protocol, args = {PLAN_ENV: str(OUT / PLAN_FILE)}, []
+        else:
+            protocol, args = {RESULT_ENV: str(OUT / RESULT_FILE)}, list(lead.args)
+        env = {**request.launch.env, **protocol, CACHE_ENV: str(CACHE),
+               "PYTHONPATH": str(IN_IMAGE["fixes"]), "HF_HUB_OFFLINE": "1"}  # fmt: skip
+        cache = self.settings.cache / "repro-cache" / f"{request.repro.name}-image"
+        cache.mkdir(parents=True, exist_ok=True)
+        out = request.log_dir
+        out.mkdir(parents=True, exist_ok=True)
+        cmd = [self.engine.name, "run", "--rm", "--name", name, "--shm-size", "1g",
+               *self.engine.out_mount(out), *self.engine.out_mount(cache, CACHE)]  # fmt: skip
+        for index, case in enumerate(request.cases[1:], start=1):
+            cmd += self.engine.out_mount(case.run_dir, case_out(index))
+        for key, value in env.items():
+            cmd += ["-e", f"{key}={value}"]
+        gpus = self.engine.gpu_flags() if spec.platform == "gpu" else []
+        argv = container_argv(request.repro, lead.cell.variant, args, preflight=preflight)
+        return [*cmd, *gpus, spec.tag, *argv]
+
+    def command(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
+        return self._run_argv(prepared, request, "reprobox-NAME")
+
+    def launch(self, prepared: Prepared, request: LaunchRequest) -> Launched:
+        name = f"reprobox-{uuid.uuid4().hex[:12]}"
+        cmd = self._run_argv(prepared, request, name)
+        log = request.log_dir / "launch.log"
+        started = time.monotonic()
+        timed_out = False
+        with log.open("wb") as sink:
+            sink.write(f"$ {shlex.join(cmd)}\n".encode())
+            sink.flush()
+            proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)  # fmt: skip
+            try:
+                proc.wait(timeout=request.timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                self.engine.remove(name)
+                proc.wait()
+            except BaseException:
+                self.engine.remove(name)
+                proc.wait()
+                raise
+        if request.preflight is not None and (request.log_dir / RESULT_FILE).is_file():
+            # The preflight's /out is its own folder; its result is the cell's.
+            (request.log_dir / RESULT_FILE).replace(request.lead.result)
+        rank_logs = collect_rank_logs(request.log_dir)
+        return Launched(
+            exits=() if timed_out else launcher_exits(proc.returncode, log),
+            timed_out=timed_out,
+            timeout=request.timeout,
+            wall_s=time.monotonic() - started,
+            logs=request.lead.run_dir,
+            last_error=last_error([log, *rank_logs]),
+        )

@@ -1,0 +1,98 @@
+"""The local back end: a uv venv per lock, ranks started by the repro's own launcher."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from reprobox.core.cells import Cell
+from reprobox.core.judge import Launched
+from reprobox.core.protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV
+from reprobox.core.settings import Settings
+from reprobox.core.spec import Repro
+from reprobox.envs import venvs
+from reprobox.run import launcher
+from reprobox.run.backend import PLAN_FILE, LaunchRequest, Prepared
+from reprobox.run.exits import last_error, launcher_exits, rank_exits
+from reprobox.run.pipeline import env_inputs, plan_text
+
+
+class VenvBackend:
+    """Runs launches on this machine, in the venv built from each lock."""
+
+    name = "venv"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def prepare(self, repro: Repro, cell: Cell, lock: Path) -> Prepared:
+        started = time.monotonic()
+        env = venvs.ensure_env(lock, *env_inputs(repro, cell.platform))
+        return Prepared(
+            key=str(env.path),
+            lock=lock,
+            lock_hash=env.lock_hash,
+            runner="venv",
+            env_s=time.monotonic() - started,
+            handle=env,
+        )
+
+    def plan(self, prepared: Prepared, request: LaunchRequest) -> launcher.LaunchPlan:
+        """The launcher plan: the repro's launcher, or one plain process for a preflight."""
+        env: venvs.Env = prepared.handle
+        spec, lead = request.launch, request.lead
+        cache = os.environ.get(CACHE_ENV) or str(
+            self.settings.cache / "repro-cache" / request.repro.name
+        )
+        protocol = {RESULT_ENV: str(lead.result)}
+        args = list(lead.args)
+        if request.preflight is not None:
+            args += request.preflight
+        elif len(request.cases) > 1:
+            plan_file = lead.run_dir / PLAN_FILE
+            plan_file.write_text(plan_text(request, [str(c.result) for c in request.cases]))
+            protocol, args = {PLAN_ENV: str(plan_file)}, []
+        run_env = {
+            CACHE_ENV: cache,
+            **spec.env,
+            **protocol,
+            "PYTHONPATH": str(request.repro.fixes_dir),
+            "PATH": os.pathsep.join([str(env.path / "bin"), os.environ.get("PATH", "")]),
+            "VIRTUAL_ENV": str(env.path),
+        }
+        preflight = request.preflight is not None
+        return launcher.LaunchPlan(
+            launcher="python" if preflight else spec.launcher,
+            bin_dir=env.path / "bin",
+            processes=1 if preflight else spec.processes,
+            script=request.repro.script,
+            script_args=args,
+            timeout=request.timeout,
+            log_dir=request.log_dir,
+            cwd=lead.run_dir,
+            env=run_env,
+            launcher_args=[] if preflight else spec.args,
+            config=(request.repro.dir / spec.config) if spec.config and not preflight else None,
+            port=launcher.free_port(),
+        )
+
+    def command(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
+        return self.plan(prepared, request).argv()
+
+    def launch(self, prepared: Prepared, request: LaunchRequest) -> Launched:
+        plan = self.plan(prepared, request)
+        outcome = launcher.run(plan, echo=request.echo)
+        harness_ranks = plan.launcher == "python" and plan.processes > 1
+        if harness_ranks:
+            exits = rank_exits(outcome.codes)
+        else:
+            exits = launcher_exits(outcome.returncode, outcome.log)
+        return Launched(
+            exits=() if outcome.timed_out else exits,
+            timed_out=outcome.timed_out,
+            timeout=plan.timeout,
+            wall_s=outcome.wall_s,
+            logs=request.lead.run_dir,
+            last_error=last_error([outcome.log, *outcome.rank_logs]),
+        )
