@@ -1,7 +1,10 @@
-"""`reprobox` command line: parse arguments, call the core, turn errors into one line.
+"""`reprobox` command line: parse arguments, call the layers below, turn errors into one line.
 
-The core modules never print tracebacks at users and never call sys.exit; this is the only
-place that maps a `ReproboxError` to its message and exit code.
+The modules below the CLI never print tracebacks at users and never call sys.exit; this is
+the only place that maps a `ReproboxError` to its message and exit code. What users read in
+`reprobox --help` is `_DESCRIPTION` and `_EPILOG`, not this docstring. Command groups live in
+their own modules (`cli.report`, `cli.scaleout`), each adding its subcommands with
+`register(subparsers)`; `cli.ui` draws everything a person sees.
 """
 
 from __future__ import annotations
@@ -12,18 +15,20 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from reprobox.cli import listing as list_cli
 from reprobox.cli import report as report_cli
+from reprobox.cli import scaleout as scaleout_cli
 from reprobox.cli import ui
 from reprobox.core import cells as matrix
 from reprobox.core import spec
 from reprobox.core.errors import BadInput, ExitCode, ReproboxError
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, latest_records, results_dir
-from reprobox.envs import locks
 from reprobox.run import pipeline as workflow
 
 
@@ -44,26 +49,72 @@ def _root() -> Path:
     return spec.repo_root()
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="reprobox", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+_DESCRIPTION = """\
+Reproducible bug repros for the PyTorch / Hugging Face training stack. Each repro pins
+its environment, runs a broken and a fixed variant (on several processes where the bug
+needs them) and judges the measured result against what repro.toml expects.
 
-    listing = commands.add_parser("list", help="repros, their variants and matrix cells")
-    listing.add_argument("--json", action="store_true")
+Start here:
+  reprobox list                  the repros; `reprobox list NAME` shows one in full
+  reprobox run NAME              run a repro's default variants and print the verdicts
+
+Every run is kept under results/<repro>/<cell>/<time>/ (record.json, the script's
+result and the logs; REPROBOX_RESULTS moves them): `reprobox table` shows the newest
+verdict of each cell, `reprobox report NAME` writes an upstream-ready report."""
+
+_EPILOG = """\
+exit status: 0 every verdict as expected, 1 a verdict differs, 2 bad input, 3 the
+environment failed, 4 the run failed, 5 no container engine, 124 timeout, 130
+interrupted; `verdict` answers 0 clean / 1 reproduced / 125 cannot test (git bisect run).
+`reprobox COMMAND --help` describes each command."""
+
+
+def _version() -> str:
+    """The installed distribution's version (what a bug report should quote)."""
+    try:
+        return metadata.version("reprobox")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed as a distribution)"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reprobox",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"reprobox {_version()}", help="print the version"
+    )
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="one of:"
+    )
+
+    listing = commands.add_parser(
+        "list",
+        help="repros, their variants and matrix cells (NAME: one repro in full)",
+        description="Without NAME: every repro with its variants. With NAME: one repro in "
+        "full: variants, verdict rule, launch, bisect defaults and every cell with the "
+        "`reprobox run` arguments that select it.",
+    )
+    listing.add_argument("name", nargs="?", metavar="NAME", help="one repro to show in full")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of text")
     listing.set_defaults(handler=cmd_list)
 
     run = commands.add_parser("run", help="run variants and judge them against expectations")
-    run.add_argument("repro")
+    run.add_argument("repro", help="the repro to run (see `reprobox list`)")
     _cell_arguments(run)
     run.add_argument("--matrix", action="store_true", help="run every cell of [matrix]")
     run.add_argument("--echo", action="store_true", help="stream the launcher's output")
+    _format_argument(run)
     run.set_defaults(handler=cmd_run)
 
     verdict = commands.add_parser(
         "verdict",
         help="run one variant; exit 0 clean / 1 reproduced / 125 cannot test (git bisect run)",
     )
-    verdict.add_argument("repro")
+    verdict.add_argument("repro", help="the repro to run (see `reprobox list`)")
     _cell_arguments(verdict)
     verdict.set_defaults(handler=cmd_verdict)
 
@@ -96,7 +147,7 @@ def _parser() -> argparse.ArgumentParser:
     bisect.set_defaults(handler=cmd_bisect)
 
     image = commands.add_parser("image", help="build a variant's pinned image (and --run it)")
-    image.add_argument("repro")
+    image.add_argument("repro", help="the repro whose image to build (see `reprobox list`)")
     _cell_arguments(image)
     image.add_argument("--run", action="store_true", help="run the variant in the image")
     image.add_argument("--base", help="base image (e.g. a local stand-in for python:3.11-slim)")
@@ -108,22 +159,37 @@ def _parser() -> argparse.ArgumentParser:
     )
     image.add_argument("--engine", choices=["podman", "docker"], help="default: whichever works")
     image.add_argument("--no-cache", action="store_true", help="rebuild every layer")
+    _format_argument(image)
     image.set_defaults(handler=cmd_image)
 
     lock = commands.add_parser(
         "lock", help="regenerate (or --check) the committed locks and Dockerfiles"
     )
-    lock.add_argument("repros", nargs="*")
-    lock.add_argument("--check", action="store_true", help="fail if a lock is stale or missing")
+    lock.add_argument("repros", nargs="*", metavar="REPRO", help="only these (default: all)")
+    lock.add_argument(
+        "--check", action="store_true", help="write nothing; fail if a lock is stale or missing"
+    )
     lock.set_defaults(handler=cmd_lock)
 
     table = commands.add_parser("table", help="the newest verdict of every cell on disk")
-    table.add_argument("repros", nargs="*")
+    table.add_argument("repros", nargs="*", metavar="REPRO", help="only these (default: all)")
     table.add_argument("--default", action="store_true", help="only the default cells")
+    _format_argument(table)
     table.set_defaults(handler=cmd_table)
 
     report_cli.register(commands)
+    scaleout_cli.register(commands)
     return parser
+
+
+def _format_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format",
+        choices=ui.TABLE_FORMATS,
+        default="auto",
+        help="the verdict table: rich (a terminal), plain (aligned text, never wrapped), "
+        "markdown (a pipe table); default auto: rich at a terminal, else plain",
+    )
 
 
 def _cell_arguments(parser: argparse.ArgumentParser) -> None:
@@ -143,7 +209,9 @@ def _cell_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help="a matrix parameter passed to the script (repeatable)",
     )
-    parser.add_argument("--platform", default="cpu", choices=["cpu", "gpu"])
+    parser.add_argument(
+        "--platform", default="cpu", choices=["cpu", "gpu"], help="where to run (default: cpu)"
+    )
     parser.add_argument("--timeout", type=float, help="seconds; overrides [launch] timeout")
 
 
@@ -196,7 +264,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         records = workflow.run_cells(
             root, repro, cells, _options(args), on_start=progress.start, on_record=progress.done
         )
-    ui.verdict_table(records)
+    ui.verdict_table(records, format=args.format)
     return _conclude(records)
 
 
@@ -313,32 +381,22 @@ def cmd_image(args: argparse.Namespace) -> int:
                 records.append(record)
     if not records:
         return 0
-    ui.verdict_table(records)
+    ui.verdict_table(records, format=args.format)
     return _conclude(records)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     root = _root()
-    rows = []
-    for name in spec.discover(root):
-        repro = spec.load(root, name)
-        cells = matrix.default_cells(repro)
-        rows.append(
-            {
-                "repro": name,
-                "title": repro.spec.repro.title,
-                "upstream": repro.spec.repro.upstream,
-                "variants": {
-                    v: {
-                        "expect": s.expect.value,
-                        "default": s.default,
-                        "description": s.description,
-                    }
-                    for v, s in repro.spec.variants.items()
-                },
-                "default_cells": [c.label for c in cells],
-            }
-        )
+    if args.name is not None:
+        from reprobox.envs.index import versions_in_range
+
+        detail = list_cli.detail(spec.load(root, args.name), versions_in_range)
+        if args.json:
+            print(json.dumps(detail, indent=2))
+        else:
+            ui.repro_detail(detail)
+        return 0
+    rows = [list_cli.row(spec.load(root, name)) for name in spec.discover(root)]
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -348,38 +406,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_lock(args: argparse.Namespace) -> int:
     """Regenerate what repro.toml determines: the hashed locks and the image's Dockerfile."""
-    from reprobox.run.dockerfile import dockerfile_path, render
+    from reprobox.run.regenerate import regenerate
 
     root = _root()
     names = args.repros or spec.discover(root)
-    problems = []
-    for name in names:
-        repro = spec.load(root, name)
-        for platform in dict.fromkeys(["cpu", *repro.spec.platforms]):
-            for variant in repro.variants_on(platform):
-                path = workflow.lock_path(repro, variant, platform)
-                request = workflow.lock_request(repro, variant, platform)
-                current = locks.lock_input_hash(path) == request.input_hash
-                if args.check and not current:
-                    problems.append(f"{path.relative_to(root)} is {_staleness(path)}")
-                elif not args.check and not current:
-                    locks.compile_lock(request, path)
-                    ui.info(f"{path.relative_to(root)}: written")
-        path, text = dockerfile_path(root, repro), render(repro)
-        current = path.is_file() and path.read_text() == text
-        if args.check and not current:
-            problems.append(f"{path.relative_to(root)} is {_staleness(path)}")
-        elif not args.check and not current:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            ui.info(f"{path.relative_to(root)}: written")
+
+    def written(path: Path) -> None:
+        ui.info(f"{path.relative_to(root)}: written")
+
+    problems = regenerate(root, names, check=args.check, on_written=written)
     if problems:
         raise BadInput(f"out of date with repro.toml: {'; '.join(problems)}; run `nox -s lock`")
     return 0
-
-
-def _staleness(path: Path) -> str:
-    return "stale" if path.exists() else "missing"
 
 
 def cmd_table(args: argparse.Namespace) -> int:
@@ -394,7 +432,7 @@ def cmd_table(args: argparse.Namespace) -> int:
         records += found
     if not records:
         raise BadInput(f"no results on disk under {results_dir(root)}; run `make repro` first")
-    ui.verdict_table(records)
+    ui.verdict_table(records, format=args.format)
     return _conclude(records)
 
 

@@ -1,31 +1,26 @@
-"""Subcommands for reports and scale-out: `report`, `k8s`, `collect`, `newest`, `ci-matrix`,
-`canary-plan`. cli.py adds them with `register(commands)`; each handler returns an exit code
-and raises `ReproboxError` for failures, which cli.py turns into one line.
+"""The `report` command: an upstream-ready report of one repro (markdown, plots, merged
+results), optionally posted as an issue comment. `cli.main` adds it with
+`register(subparsers)`; the handler returns an exit code and raises `ReproboxError` for
+failures, which `cli.main` turns into one line.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from reprobox.cli import ui
-from reprobox.core import spec
-from reprobox.core.errors import BadInput
-from reprobox.envs.index import SimpleIndex, select
 from reprobox.report.post import parse_target, post
-from reprobox.scaleout import jobs, k8s
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add this module's subcommands to the `reprobox` parser."""
+    """Add `report` to the `reprobox` parser."""
     report = subparsers.add_parser(
         "report", help="write an upstream-ready report (markdown, plots, merged results)"
     )
-    report.add_argument("repro")
+    report.add_argument("repro", help="the repro to report on (its results on disk)")
     report.add_argument("--out", type=Path, help="folder (default: results/<repro>/_report)")
     report.add_argument(
         "--post", metavar="OWNER/REPO#N", help="post it as an issue comment with gh"
@@ -34,42 +29,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-env", action="store_true", help="skip torch's collect_env (no environment needed)"
     )
     report.set_defaults(handler=cmd_report)
-
-    kube = subparsers.add_parser(
-        "k8s", help="a Kubernetes Indexed Job (YAML) running one pod per cell"
-    )
-    kube.add_argument("repro")
-    kube.add_argument("--image-prefix", default="reprobox", help="images are PREFIX/<repro>:TAG")
-    kube.add_argument("--image", help="one image for every cell (then a single Job)")
-    kube.add_argument("--out", type=Path, help="write the YAML here (default: stdout)")
-    kube.add_argument("--cells", choices=["default", "matrix", "all"], default="all")
-    kube.add_argument("--platform", default="gpu", help="platform of repro.toml (default: gpu)")
-    kube.add_argument("--claim", default="reprobox-results", help="PVC mounted at /out")
-    kube.add_argument("--namespace")
-    kube.add_argument("--parallelism", type=int, help="pods at once per Job (default: all)")
-    kube.set_defaults(handler=cmd_k8s)
-
-    collect = subparsers.add_parser(
-        "collect", help="import per-cell outputs (k8s /out tree, copied results) as records"
-    )
-    collect.add_argument("source", type=Path)
-    collect.set_defaults(handler=cmd_collect)
-
-    newest = subparsers.add_parser("newest", help="print the newest release of a package")
-    newest.add_argument("package")
-    newest.add_argument("--pre", action="store_true", help="allow pre-releases")
-    newest.set_defaults(handler=cmd_newest)
-
-    matrix = subparsers.add_parser(
-        "ci-matrix", help="turn `nox --json -l` output into GitHub Actions job matrices"
-    )
-    matrix.add_argument("listing", type=Path, help="the JSON nox printed ('-' for stdin)")
-    matrix.set_defaults(handler=cmd_ci_matrix)
-
-    canary = subparsers.add_parser(
-        "canary-plan", help="(repro, package) pairs for the nightly canary, as JSON"
-    )
-    canary.set_defaults(handler=cmd_canary_plan)
 
 
 def _progress() -> AbstractContextManager[Any]:
@@ -80,10 +39,12 @@ def _progress() -> AbstractContextManager[Any]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    root = spec.repo_root()
+    from reprobox.core.settings import Settings
     from reprobox.report.build import ReportOptions, write_report  # matplotlib: only when reporting
 
-    options = ReportOptions(out=args.out, collect_env=not args.no_env)
+    settings = getattr(args, "settings", None) or Settings.from_env()
+    root = settings.root
+    options = ReportOptions(out=args.out, results=settings.results, collect_env=not args.no_env)
     target = parse_target(args.post) if args.post else None  # bad input fails before any work
     with _progress() as status:
 
@@ -101,74 +62,3 @@ def cmd_report(args: argparse.Namespace) -> int:
         url = post(target, report.comment)
         ui.info(f"posted to {target}: {url}" if url else f"posted to {target}")
     return 0
-
-
-def cmd_k8s(args: argparse.Namespace) -> int:
-    root = spec.repo_root()
-    cells = jobs.job_cells(root, args.repro, args.cells, args.platform)
-    options = k8s.K8sOptions(
-        image_prefix=args.image_prefix,
-        image=args.image,
-        claim=args.claim,
-        namespace=args.namespace,
-        parallelism=args.parallelism,
-    )
-    text = k8s.dump(k8s.manifest(cells, options))
-    if args.out is None:
-        sys.stdout.write(text)
-        return 0
-    if args.out.exists():
-        raise BadInput(f"{args.out} exists; choose another --out (nothing is overwritten)")
-    args.out.write_text(text)
-    ui.info(f"{args.out}: {len(cells)} cells; `kubectl apply -f {args.out}`")
-    return 0
-
-
-def cmd_collect(args: argparse.Namespace) -> int:
-    root = spec.repo_root()
-    found = k8s.collect(args.source, root)
-    for record in found.records:
-        ui.record_line(record)
-    for skipped in found.skipped:
-        ui.info(f"reprobox: warning: not imported {skipped}")
-    if not found.records:
-        raise BadInput(f"nothing imported from {args.source}: {found.skipped[0]}")
-    ui.info(f"collected {len(found.records)} records, {len(found.skipped)} not imported")
-    return 0
-
-
-def cmd_newest(args: argparse.Namespace) -> int:
-    """The newest non-yanked release (pre-releases only with --pre), for the canary."""
-    versions = select(SimpleIndex().releases(args.package), "", prereleases=args.pre)
-    if not versions:
-        raise BadInput(f"{args.package} has no release to test")
-    print(versions[-1])
-    return 0
-
-
-def cmd_ci_matrix(args: argparse.Namespace) -> int:
-    """Prints `cpu=...`, `gpu=...`, `repros=...` lines for $GITHUB_OUTPUT."""
-    text = sys.stdin.read() if str(args.listing) == "-" else _read(args.listing)
-    try:
-        listed = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{args.listing}: not the JSON of `nox --json -l` ({exc.msg})") from None
-    if not isinstance(listed, list):
-        raise BadInput(f"{args.listing}: not the JSON of `nox --json -l` (want a list)")
-    found = jobs.github_matrix(spec.repo_root(), listed)
-    for key, value in found.items():
-        print(f"{key}={json.dumps(value, separators=(',', ':'))}")
-    return 0
-
-
-def cmd_canary_plan(args: argparse.Namespace) -> int:
-    plan = jobs.canary_plan(spec.repo_root())
-    print(f"include={json.dumps(plan, separators=(',', ':'))}")
-    return 0
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError as exc:
-        raise BadInput(f"{path}: {exc.strerror}") from None
