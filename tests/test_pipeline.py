@@ -1,0 +1,160 @@
+"""The pipeline with a fake back end: no uv, no ranks. What it decides (preflight, batching,
+recording, interruption) is tested here; the back ends themselves run for real elsewhere."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from reprobox.core import spec
+from reprobox.core.cells import Cell, make_cell
+from reprobox.core.errors import EnvError, ExitCode
+from reprobox.core.judge import Launched
+from reprobox.core.protocol import RankExit
+from reprobox.core.records import Record, RecordStore
+from reprobox.core.spec import Repro
+from reprobox.run import pipeline
+from reprobox.run.backend import LaunchRequest, Prepared
+
+
+def _result(case_args: list[str], verdict: str, level: float) -> dict:
+    variant = case_args[case_args.index("--variant") + 1]
+    return {"schema": 1, "variant": variant, "verdict": verdict, "reason": "fake",
+            "metrics": {"level": level}}  # fmt: skip
+
+
+@dataclass
+class FakeBackend:
+    """Writes the results a script would; `script` maps a variant to (verdict, level, code
+    of every rank) and `preflight` to the preflight's exit code."""
+
+    script: dict[str, tuple[str, float, list[int]]] = field(default_factory=dict)
+    preflight: dict[str, int] = field(default_factory=dict)
+    broken_env: set[str] = field(default_factory=set)
+    interrupt_on: str | None = None
+    name: str = "fake"
+    launches: list[LaunchRequest] = field(default_factory=list)
+
+    def prepare(self, repro: Repro, cell: Cell, lock: Path) -> Prepared:
+        if cell.variant in self.broken_env:
+            raise EnvError("cannot install: fake")
+        return Prepared(key="env-1", lock=lock, lock_hash="abc", runner="fake", env_s=0.0)
+
+    def command(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
+        return ["fake", *request.lead.args]
+
+    def launch(self, prepared: Prepared, request: LaunchRequest) -> Launched:
+        self.launches.append(request)
+        variant = request.lead.cell.variant
+        if self.interrupt_on == variant and request.preflight is None:
+            raise KeyboardInterrupt
+        if request.preflight is not None:
+            code = self.preflight.get(variant, 0)
+            if code == 125:
+                out = {**_result(list(request.lead.args), "cannot_test", 0.0), "reason": "no"}
+                request.lead.result.write_text(json.dumps(out))
+            return Launched(exits=(RankExit(rank=None, code=code),), logs=request.log_dir)
+        codes: list[int] = []
+        for case in request.cases:
+            verdict, level, codes = self.script[case.cell.variant]
+            case.result.write_text(json.dumps(_result(list(case.args), verdict, level)))
+        exits = tuple(RankExit(rank=i, code=c) for i, c in enumerate(codes))
+        return Launched(exits=exits, wall_s=1.0, logs=request.lead.run_dir)
+
+
+@pytest.fixture
+def toy() -> Repro:
+    return spec.load_file(FIXTURES / "repros" / "toy" / "repro.toml", FIXTURES / "fixes")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> RecordStore:
+    return RecordStore(tmp_path / "results")
+
+
+def _run(toy: Repro, store: RecordStore, backend: FakeBackend, *variants: str) -> list[Record]:
+    cells = [make_cell(toy, v) for v in variants]
+    lock = Path(__file__)  # any file: the fake back end never reads it
+    return pipeline.run_cells(toy, cells, backend, store, pipeline.RunOptions(lock=lock))
+
+
+def test_every_cell_gets_a_saved_judged_record(toy: Repro, store: RecordStore) -> None:
+    backend = FakeBackend(
+        {"clean": ("clean", 0.0, [0, 0]), "reproduced": ("reproduced", 1, [1, 1])}
+    )
+    records = _run(toy, store, backend, "clean", "reproduced")
+    assert [(r.verdict, r.status) for r in records] == [
+        ("clean", "match"), ("reproduced", "match")
+    ]  # fmt: skip
+    assert {r.label for r in store.latest("toy")} == {"clean", "reproduced"}
+    assert records[0].exits == [RankExit(rank=0, code=0), RankExit(rank=1, code=0)]
+    assert pipeline.exit_code(records) is ExitCode.OK
+
+
+def test_a_rank_that_contradicts_the_result_is_an_error(toy: Repro, store: RecordStore) -> None:
+    backend = FakeBackend({"clean": ("clean", 0.0, [0, -11])})
+    [record] = _run(toy, store, backend, "clean")
+    assert record.status == "error" and record.verdict is None
+    assert "rank 1 was killed by SIGSEGV" in record.reason
+    assert record.result["verdict"] == "clean"  # what was measured is kept
+    assert pipeline.exit_code([record]) is ExitCode.RUN_FAILED
+
+
+def test_a_preflight_can_end_a_cell_or_let_it_launch(toy: Repro, store: RecordStore) -> None:
+    backend = FakeBackend({"early": ("clean", 0.0, [0, 0]), "preflight_ok": ("clean", 0, [0, 0])},
+                          preflight={"early": 125})  # fmt: skip
+    early, ok = _run(toy, store, backend, "early", "preflight_ok")
+    assert early.verdict == "cannot_test" and early.status == "match"
+    assert ok.verdict == "clean" and ok.status == "match"
+    launched = [(r.lead.cell.variant, r.preflight is not None) for r in backend.launches]
+    assert launched == [("early", True), ("preflight_ok", True), ("preflight_ok", False)]
+
+
+def test_a_preflight_that_fails_is_an_error_not_a_skip(toy: Repro, store: RecordStore) -> None:
+    backend = FakeBackend({}, preflight={"early": 3})
+    [record] = _run(toy, store, backend, "early")
+    assert record.status == "error" and "preflight exited 3" in record.reason
+
+
+def test_batching_shares_one_launch_and_checks_the_batch_code(
+    toy: Repro, store: RecordStore
+) -> None:
+    batched = toy.spec.model_copy(
+        update={"launch": toy.spec.launch.model_copy(update={"batch": True})}
+    )
+    repro = Repro(toy.name, toy.dir, batched, toy.fixes_dir)
+    # every rank exits 1: one case reproduced, so the batch's code is 1 for both cases
+    backend = FakeBackend(
+        {"clean": ("clean", 0.0, [1, 1]), "reproduced": ("reproduced", 1, [1, 1])}
+    )
+    records = _run(repro, store, backend, "clean", "reproduced")
+    assert len(backend.launches) == 1 and len(backend.launches[0].cases) == 2
+    assert [r.status for r in records] == ["match", "match"]
+    assert records[1].batch_dir == records[0].dir
+
+
+def test_an_environment_failure_is_recorded_and_the_next_cell_runs(
+    toy: Repro, store: RecordStore
+) -> None:
+    backend = FakeBackend({"reproduced": ("reproduced", 1, [1, 1])}, broken_env={"clean"})
+    clean, reproduced = _run(toy, store, backend, "clean", "reproduced")
+    assert clean.status == "error" and clean.exit_code == ExitCode.ENV_FAILED
+    assert reproduced.status == "match"
+
+
+def test_an_interrupt_keeps_what_was_recorded_and_marks_the_cell(
+    toy: Repro, store: RecordStore
+) -> None:
+    backend = FakeBackend({"clean": ("clean", 0.0, [0, 0])}, interrupt_on="reproduced")
+    with pytest.raises(KeyboardInterrupt):
+        _run(toy, store, backend, "clean", "reproduced", "cannot")
+    records = {r.label: r for r in store.latest("toy")}
+    assert records["clean"].status == "match"
+    assert records["reproduced"].reason == "interrupted"
+    assert records["reproduced"].exit_code == ExitCode.INTERRUPTED
+    assert "cannot" not in records  # never started: no folder left behind
+    assert not (store.base / "toy" / "cpu-cannot").exists()
