@@ -14,7 +14,7 @@ import yaml
 from packaging.version import Version
 from test_report import fake_repro, save_record
 
-from reprobox.cli import report as report_cli
+from reprobox.cli import scaleout as scaleout_cli
 from reprobox.core.errors import BadInput
 from reprobox.core.records import RECORD_FILE, Record, RecordStore
 from reprobox.envs.index import Release
@@ -243,7 +243,7 @@ def test_canary_plan(ppo_root: Path) -> None:
 
 def _parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="reprobox")
-    report_cli.register(parser.add_subparsers(dest="command", required=True))
+    scaleout_cli.register(parser.add_subparsers(dest="command", required=True))
     return parser.parse_args(argv)
 
 
@@ -280,7 +280,7 @@ class _FakeIndex:
 
 
 def test_newest_release(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    monkeypatch.setattr(report_cli, "SimpleIndex", _FakeIndex)
+    monkeypatch.setattr(scaleout_cli, "SimpleIndex", _FakeIndex)
     args = _parse("newest", "trl")
     assert args.handler(args) == 0
     assert capsys.readouterr().out == "0.8.0\n"
