@@ -89,6 +89,12 @@ def bisect(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
+def sweep(session: nox.Session) -> None:
+    """Every release of a range, as affected ranges: -- <repro> --package P --range SPEC."""
+    _harness(session, "sweep")
+
+
+@nox.session(venv_backend="none")
 def report(session: nox.Session) -> None:
     """Upstream-ready report from results on disk: -- REPRO [--out DIR] [--post OWNER/REPO#N]."""
     _harness(session, "report")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from reprobox.bisect.search import BisectError, bisect, ddmin
+from reprobox.bisect.search import SearchError, bisect, ddmin
 from reprobox.core.protocol import Verdict
 
 R, C = Verdict.REPRODUCED, Verdict.CLEAN
@@ -72,12 +72,12 @@ def test_boundary_probes_are_repeated_and_flakiness_reported() -> None:
 
 def test_endpoints_must_be_testable_and_differ() -> None:
     probe, _ = fix_at(100)
-    with pytest.raises(BisectError, match=r"both ends .* are reproduced: nothing to bisect"):
+    with pytest.raises(SearchError, match=r"both ends .* are reproduced: nothing to bisect"):
         bisect(list(range(5)), probe)
     probe, _ = fix_at(2, skip=frozenset({0}))
-    with pytest.raises(BisectError, match="endpoint 0 cannot be tested"):
+    with pytest.raises(SearchError, match="endpoint 0 cannot be tested"):
         bisect(list(range(5)), probe)
-    with pytest.raises(BisectError, match="at least two"):
+    with pytest.raises(SearchError, match="at least two"):
         bisect([1], probe)
 
 

@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 
 T = TypeVar("T")
@@ -19,8 +18,16 @@ T = TypeVar("T")
 Probe = Callable[[T, int], Verdict | None]
 
 
-class BisectError(BadInput):
-    """The question cannot be answered as asked (untestable or equal endpoints)."""
+class SearchError(ValueError):
+    """The question cannot be answered as asked (untestable or equal endpoints).
+
+    A plain error, so this module stays free of the harness; the callers turn it into the
+    harness's BadInput with advice fitting their kind of bisect.
+    """
+
+    def __init__(self, message: str, *, same_ends: bool = False) -> None:
+        super().__init__(message)
+        self.same_ends = same_ends  # both ends gave one verdict (the change may come and go)
 
 
 @dataclass
@@ -37,7 +44,7 @@ class BisectResult(Generic[T]):
 
 def bisect(
     items: Sequence[T],
-    probe: Probe,
+    probe: Probe[T],
     *,
     confirm: int = 1,
     prefetch: Callable[[list[T]], None] | None = None,
@@ -51,7 +58,7 @@ def bisect(
     flaky rather than guessed. `prefetch` hears the items the next step may probe.
     """
     if len(items) < 2:
-        raise BisectError("need at least two items to bisect")
+        raise SearchError("need at least two items to bisect")
     probes: list[tuple[T, int, Verdict | None]] = []
 
     def run(index: int, attempt: int = 1) -> Verdict | None:
@@ -59,13 +66,15 @@ def bisect(
         probes.append((items[index], attempt, verdict))
         return verdict
 
-    start, end = run(0), run(len(items) - 1)
-    for index, verdict in ((0, start), (len(items) - 1, end)):
-        if verdict is None:
-            raise BisectError(f"endpoint {items[index]} cannot be tested here")
+    first, last = run(0), run(len(items) - 1)
+    if first is None or last is None:
+        untestable = items[0] if first is None else items[-1]
+        raise SearchError(f"endpoint {untestable} cannot be tested here")
+    start, end = first, last
     if start is end:
-        raise BisectError(
-            f"both ends ({items[0]} and {items[-1]}) are {start.value}: nothing to bisect"
+        raise SearchError(
+            f"both ends ({items[0]} and {items[-1]}) are {start.value}: nothing to bisect",
+            same_ends=True,
         )
 
     lo, hi, skipped = 0, len(items) - 1, set[int]()
@@ -80,7 +89,7 @@ def bisect(
         elif verdict is end:
             hi = mid
 
-    flaky = []
+    flaky: list[T] = []
     for index, expected in ((lo, start), (hi, end)):
         for attempt in range(2, confirm + 2):
             if run(index, attempt) is not expected:
@@ -145,7 +154,8 @@ def ddmin(changes: Sequence[T], flips: Callable[[list[T]], bool | None]) -> list
 
 def _split(items: list[T], parts: int) -> list[list[T]]:
     size, extra = divmod(len(items), parts)
-    chunks, start = [], 0
+    chunks: list[list[T]] = []
+    start = 0
     for index in range(parts):
         stop = start + size + (1 if index < extra else 0)
         chunks.append(items[start:stop])

@@ -139,24 +139,68 @@ def select(
     exclude: Iterable[str] = (),
 ) -> list[Version]:
     """Versions in `specifier`, oldest first, without yanked or pre-releases unless asked."""
+    return select_explained(releases, specifier, prereleases, include_yanked, exclude).kept
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The versions a range kept, and those it matched but left out, each with the reason."""
+
+    kept: list[Version]
+    left_out: list[tuple[Version, str]]  # (version, "yanked" | "pre-release" | "excluded")
+
+    def note(self, package: str) -> str:
+        """One line for people ("" when nothing was left out)."""
+        if not self.left_out:
+            return ""
+        listed = ", ".join(f"{v} ({why})" for v, why in self.left_out)
+        return f"{package}: left out of the range: {listed}"
+
+
+def select_explained(
+    releases: Iterable[Release],
+    specifier: str,
+    prereleases: bool = False,
+    include_yanked: bool = False,
+    exclude: Iterable[str] = (),
+) -> Selection:
+    """`select`, saying which releases inside the range it left out and why, so a matrix
+    axis never drops a release silently (transformers 4.46.0 is yanked, for one)."""
     try:
         spec = SpecifierSet(specifier)
     except InvalidSpecifier:
         raise BadInput(f"{specifier!r} is not a version range") from None
     excluded = {Version(v) for v in exclude}
-    chosen = [
-        r.version
-        for r in releases
-        if (include_yanked or not r.yanked)
-        and r.version not in excluded
-        and spec.contains(r.version, prereleases=prereleases)
-    ]
-    return sorted(chosen)
+    kept: list[Version] = []
+    left_out: list[tuple[Version, str]] = []
+    for release in sorted(releases, key=lambda r: r.version):
+        version = release.version
+        if not spec.contains(version, prereleases=True):
+            continue
+        if not spec.contains(version, prereleases=prereleases):
+            left_out.append((version, "pre-release"))
+        elif release.yanked and not include_yanked:
+            left_out.append((version, "yanked"))
+        elif version in excluded:
+            left_out.append((version, "excluded"))
+        else:
+            kept.append(version)
+    return Selection(kept=kept, left_out=left_out)
 
 
 def versions_in_range(
     package: str, specifier: str, prereleases: bool = False, include_yanked: bool = False
 ) -> list[str]:
     """`select` over the default index's releases, as strings (a matrix axis)."""
-    found = select(SimpleIndex().releases(package), specifier, prereleases, include_yanked)
-    return [str(v) for v in found]
+    return range_selection(package, specifier, prereleases, include_yanked)[0]
+
+
+def range_selection(
+    package: str, specifier: str, prereleases: bool = False, include_yanked: bool = False
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """A matrix axis over the default index: the versions kept, and (version, reason) for
+    each release in the range that was left out (yanked, pre-release)."""
+    found = select_explained(
+        SimpleIndex().releases(package), specifier, prereleases, include_yanked
+    )
+    return [str(v) for v in found.kept], [(str(v), why) for v, why in found.left_out]

@@ -1,0 +1,278 @@
+"""Date bisection: which day's resolution flips the verdict, and which package change does it.
+
+Each day's probe resolves the floated packages as of the end of that day in UTC: uv gets an
+exact instant (`NAME=<next day>T00:00:00Z`), never a bare date, which uv reads as the end of
+the day in the host's time zone. The first day whose resolution flips the verdict is named
+with the releases uploaded on it; then the difference between the day before's resolution and
+that day's is delta-debugged to the package(s) that flip it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from reprobox.bisect import checks
+from reprobox.bisect.log import ProbeLog
+from reprobox.bisect.prober import (
+    Prober,
+    Probes,
+    Target,
+    answering,
+    default_log,
+    pipeline_probes,
+)
+from reprobox.bisect.search import BisectResult, SearchError, bisect, ddmin
+from reprobox.bisect.summary import (
+    BisectSummary,
+    Contradiction,
+    ProbeEntry,
+    answer,
+    assumption,
+    write_summary,
+)
+from reprobox.core import cells as matrix
+from reprobox.core.errors import BadInput
+from reprobox.envs import locks
+from reprobox.envs.index import PackageIndex
+from reprobox.run import pipeline
+
+
+@dataclass(frozen=True)
+class ChangeSet:
+    """A delta-debugging step: the day before's versions with `names` taken from the day."""
+
+    names: tuple[str, ...]
+    pins: tuple[tuple[str, str], ...]
+
+
+DateItem = date | ChangeSet
+RequestOf = Callable[[DateItem], locks.LockRequest]
+
+
+def parse_dates(text: str) -> tuple[date, date]:
+    """`START..END` as two days (UTC days: see the module docstring)."""
+    try:
+        start_text, end_text = text.split("..")
+        start, end = date.fromisoformat(start_text), date.fromisoformat(end_text)
+    except ValueError:
+        raise BadInput(f"--by-date {text!r}: want START..END as YYYY-MM-DD..YYYY-MM-DD") from None
+    if start >= end:
+        raise BadInput(f"--by-date {text!r}: START must be before END")
+    return start, end
+
+
+def day_start(day: date) -> datetime:
+    """The instant a UTC day begins."""
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def cutoff(day: date) -> str:
+    """The instant uv excludes from: everything uploaded on `day` (UTC) counts, nothing later."""
+    return day_start(day + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def as_of_request(
+    repro_request: locks.LockRequest, floated: set[str], day: date
+) -> locks.LockRequest:
+    """The repro's request with the floated packages unpinned and resolved as of `day`."""
+    requirements = []
+    for pin in repro_request.requirements:
+        name = canonicalize_name(Requirement(pin).name)
+        requirements.append(name if name in floated else pin)
+    instant = cutoff(day)
+    return dataclasses.replace(
+        repro_request,
+        requirements=tuple(requirements),
+        exclude_newer_packages=tuple((name, instant) for name in sorted(floated)),
+    )
+
+
+def pinned_request(repro_request: locks.LockRequest, change: ChangeSet) -> locks.LockRequest:
+    """Exactly the given versions (a delta-debugging step between two resolutions)."""
+    return dataclasses.replace(
+        repro_request,
+        requirements=tuple(f"{name}=={version}" for name, version in change.pins if version),
+        exclude_newer_packages=(),
+    )
+
+
+def released_on(index: PackageIndex, packages: Sequence[str], day: date) -> list[str]:
+    """The releases of `packages` uploaded on `day` (UTC), with their upload times."""
+    begin, end = day_start(day), day_start(day + timedelta(days=1))
+    found: list[tuple[datetime, str]] = []
+    for package in packages:
+        for release in index.releases(package):
+            uploaded = release.uploaded
+            if uploaded is None:
+                continue
+            if uploaded.tzinfo is None:
+                uploaded = uploaded.replace(tzinfo=UTC)  # the index speaks UTC
+            if begin <= uploaded < end:
+                when = uploaded.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+                found.append((uploaded, f"{package} {release.version} at {when} UTC"))
+    return [text for _, text in sorted(found)]
+
+
+def describe(item: DateItem) -> str:
+    return str(item) if isinstance(item, date) else "changes:" + ",".join(item.names)
+
+
+def date_bisect(
+    target: Target,
+    start: date,
+    end: date,
+    floats: Sequence[str],
+    *,
+    index: PackageIndex | None = None,
+    confirm: int = 1,
+    verify: int | None = None,
+    log_path: Path | None = None,
+    on_probe: Callable[[ProbeEntry], None] | None = None,
+    probes_for: Callable[[RequestOf], Probes[DateItem]] | None = None,
+) -> BisectSummary:
+    """Which UTC day's resolution flips the verdict, and which package change does it.
+
+    `index` names the releases uploaded on the answer day; `probes_for` builds the probes
+    from the lock request of each item (tests inject fakes that resolve by it)."""
+    repro, platform = target.repro, target.options.platform
+    if not floats:
+        raise BadInput("a date bisect needs packages to float (--float, or [bisect] package)")
+    pinned = repro.pinned_packages()
+    for name in floats:
+        if canonicalize_name(name) not in pinned:
+            raise BadInput(f"--float {name}: not a package that {repro.name} pins")
+    if verify is not None and verify < 0:
+        raise BadInput("--verify must be 0 or more")
+    floated = {str(canonicalize_name(f)) for f in floats}
+    days = [start + timedelta(days=n) for n in range((end - start).days + 1)]
+    header: dict[str, Any] = {
+        "kind": "date", "repro": repro.name, "variant": target.variant, "start": str(start),
+        "end": str(end), "float": sorted(floated), "platform": platform, "days": "utc",
+    }  # fmt: skip
+    path = log_path or default_log(target, header)
+    base = pipeline.lock_request(repro, target.variant, platform)
+
+    def request_of(item: DateItem) -> locks.LockRequest:
+        if isinstance(item, date):
+            return as_of_request(base, floated, item)
+        return pinned_request(base, item)
+
+    with ProbeLog(path, header) as log:
+        if probes_for is None:
+
+            def lock_of(item: DateItem) -> Path:
+                return locks.cached_lock(request_of(item))
+
+            def cell_of(item: DateItem) -> matrix.Cell:
+                return matrix.make_cell(repro, target.variant, None, None, platform)
+
+            probes = pipeline_probes(target, lock_of, cell_of, path.parent / "runs")
+        else:
+            probes = probes_for(request_of)
+        if probes.versions is None:
+            raise BadInput("date bisect probes must list each item's versions")
+        versions_of = probes.versions
+        prober: Prober[DateItem] = Prober(probes, log, describe, on_probe=on_probe)
+        started = time.monotonic()
+        found: list[Contradiction] = []
+        verified: list[str] = []
+        culprit: list[str] = []
+        try:
+            with answering(_same_ends_advice):
+                result: BisectResult[DateItem] = bisect(
+                    days, prober, confirm=confirm, prefetch=prober.prefetch
+                )
+            if result.status != "flaky":
+                k = checks.default_verify(len(days)) if verify is None else verify
+                found, verified = checks.verify_sides(prober, list(days), result, k)
+            before = versions_of(result.last_start)
+            after = versions_of(result.first_end)
+            changes = sorted(n for n in {*before, *after} if before.get(n) != after.get(n))
+            if result.status == "found" and not found and changes:
+
+                def flips(subset: list[str]) -> bool | None:
+                    pins = {**before, **{n: after.get(n, "") for n in subset}}
+                    item = ChangeSet(tuple(sorted(subset)), tuple(sorted(pins.items())))
+                    verdict = prober(item, 1)
+                    return None if verdict is None else verdict is result.end_verdict
+
+                culprit = ddmin(changes, flips)
+        finally:
+            prober.close()
+        summary = _summary(header, result, found, verified)
+        first_day = result.first_end if isinstance(result.first_end, date) else start
+        new = released_on(index, sorted(floated), first_day) if index is not None else []
+        summary.released_on_day = new
+        summary.changes = [_change(n, before, after) for n in changes]
+        summary.culprit = [_change(n, before, after) for n in culprit]
+        probed = len({p.item for p in prober.runs if not p.item.startswith("changes:")})
+        extra = f", {len(verified)} of them to verify" if verified else ""
+        ends = (str(start), str(end))
+        summary.assumption = assumption("day", ends, probed, len(days), extra)
+        detail = ""
+        if summary.status == "found":
+            named = "; ".join(new) if new else f"no release of {', '.join(sorted(floated))}"
+            detail = f"UTC; new that day: {named}"
+        summary.result = answer(
+            summary, "date", "", ends, detail=detail,
+            suggest="; bisect the releases of a floated package with `reprobox sweep`",
+        )  # fmt: skip
+        if summary.status == "found":
+            summary.result += "; culprit: " + (
+                ", ".join(summary.culprit)
+                if culprit
+                else "none (the two resolutions do not differ)"
+            )
+        summary = summary.counts(prober.runs, len(days), time.monotonic() - started)
+        return write_summary(path, summary)
+
+
+def _same_ends_advice(exc: SearchError) -> str:
+    if not exc.same_ends:
+        return ""
+    return (
+        "; the change may have come and gone inside the range: bisect a shorter range, or map "
+        "a floated package's releases with `reprobox sweep`"
+    )
+
+
+def _change(name: str, before: dict[str, str], after: dict[str, str]) -> str:
+    return f"{name} {before.get(name, '(none)')} -> {after.get(name, '(none)')}"
+
+
+def _summary(
+    header: Mapping[str, Any],
+    result: BisectResult[DateItem],
+    found: list[Contradiction],
+    verified: list[str],
+) -> BisectSummary:
+    status = "non-monotone" if found and result.status != "flaky" else result.status
+    return BisectSummary.model_validate(
+        {
+            "kind": "date",
+            "repro": header["repro"],
+            "variant": header["variant"],
+            "platform": header["platform"],
+            "start": header["start"],
+            "end": header["end"],
+            "floated": header["float"],
+            "status": status,
+            "start_verdict": result.start_verdict.value,
+            "end_verdict": result.end_verdict.value,
+            "last_start": describe(result.last_start),
+            "first": describe(result.first_end),
+            "candidates": [describe(c) for c in result.candidates],
+            "flaky": [describe(f) for f in result.flaky],
+            "verified": verified,
+            "contradictions": [c.model_dump() for c in found],
+        }
+    )

@@ -1,0 +1,295 @@
+"""The prober: (item, attempt) -> verdict, by way of injected work, logged for resumption.
+
+What a probe does is injected (`Probes`: a `run` that returns an `Outcome`, and an
+`env_key` naming the environment an item resolves to), so skip classification,
+same-environment reuse and resumption are tested with fakes. `pipeline_probes` is the one
+place that wires probes to real runs: a lock per item, `pipeline.run_cell`, and `classify`,
+which turns the run's record into an outcome.
+
+The rule: clean or reproduced is a verdict; cannot-test (125) or an environment that cannot be
+resolved or installed is a skip (it widens the answer); anything else (a crash, a timeout, a
+tampered lock, a harness error) stops the bisect, since guessing past it could name the
+wrong release. The log keeps everything measured before the stop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Literal, TypeVar
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from reprobox.bisect.log import ProbeLog
+from reprobox.bisect.search import SearchError
+from reprobox.bisect.summary import LOG_FILE, ProbeEntry
+from reprobox.core.cells import Cell
+from reprobox.core.errors import BadInput, ExitCode, ReproboxError
+from reprobox.core.protocol import Verdict
+from reprobox.core.records import Record
+from reprobox.core.spec import Repro
+from reprobox.envs import venvs
+from reprobox.run import pipeline
+
+T = TypeVar("T")
+
+# Exit codes of an environment that could not be made: the probe is a skip, not a stop.
+SKIP_CODES = frozenset({ExitCode.ENV_FAILED, ExitCode.BAD_INPUT})
+INTERRUPT_CODES = frozenset({130, 129, 143})  # Ctrl-C, SIGHUP, SIGTERM
+
+
+class BisectError(BadInput):
+    """The question cannot be answered as asked (untestable or equal endpoints)."""
+
+
+class ProbeFailed(ReproboxError):
+    """A probe neither gave a verdict nor could be skipped: the bisect stops."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What every probe runs: one variant of one repro, on one platform.
+
+    `results` is the results folder (where default logs go and records on disk are read)."""
+
+    root: Path
+    repro: Repro
+    variant: str
+    options: pipeline.RunOptions
+    results: Path
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one probe run gave: a verdict, a skip, or an error that stops the bisect."""
+
+    kind: Literal["verdict", "skip", "error"]
+    verdict: Verdict | None = None  # clean or reproduced, for kind == "verdict"
+    reason: str = ""
+    record: str | None = None  # the run folder
+    wall_s: float = 0.0
+    exit_code: int = int(ExitCode.RUN_FAILED)  # for kind == "error"
+
+
+@dataclass(frozen=True)
+class Probes(Generic[T]):
+    """The injected work of a prober.
+
+    `run(item, attempt)` runs one probe. `env_key(item)` names the environment the item
+    resolves to (items with equal keys share one run); it raises a ReproboxError when the
+    environment cannot be resolved (a skip for ENV_FAILED / BAD_INPUT, else a stop).
+    `warm(item)` prepares an item's environment ahead of time (optional). `versions(item)`
+    lists the packages an item installs (date bisects diff them)."""
+
+    run: Callable[[T, int], Outcome]
+    env_key: Callable[[T], str]
+    warm: Callable[[T], None] | None = None
+    versions: Callable[[T], dict[str, str]] | None = None
+
+
+class Prober(Generic[T]):
+    """(item, attempt) -> verdict, or None to skip; each probe measured once, ever.
+
+    A probe already in the log is not run again; one whose environment equals an earlier
+    probe's (same env key, same attempt) reuses that verdict. `runs` lists this session's
+    probes in order, each once."""
+
+    def __init__(
+        self,
+        probes: Probes[T],
+        log: ProbeLog,
+        describe: Callable[[T], str] = str,
+        *,
+        tags: Callable[[T], list[str]] | None = None,
+        on_probe: Callable[[ProbeEntry], None] | None = None,
+    ) -> None:
+        self.probes, self.log, self.describe = probes, log, describe
+        self.tags = tags
+        self.on_probe = on_probe
+        self.runs: list[ProbeEntry] = []
+        self._seen: dict[str, ProbeEntry] = {}
+        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
+
+    def __call__(self, item: T, attempt: int) -> Verdict | None:
+        return self.entry(item, attempt).outcome
+
+    def entry(self, item: T, attempt: int = 1) -> ProbeEntry:
+        """The probe's entry: from this session, from the log, or measured now."""
+        key = f"{self.describe(item)}#{attempt}"
+        entry = self._seen.get(key)
+        if entry is not None:
+            return entry
+        logged = self.log.get(key)
+        if logged is not None:
+            entry = logged.model_copy(update={"resumed": True})
+        else:
+            entry = self._measure(item, attempt, key)
+            self.log.add(entry)
+        self._seen[key] = entry
+        self.runs.append(entry)
+        if self.on_probe is not None:
+            self.on_probe(entry)
+        return entry
+
+    def seen(self, item: T) -> bool:
+        """Whether this session has probed `item` (any attempt)."""
+        name = self.describe(item)
+        return any(entry.item == name for entry in self.runs)
+
+    def _measure(self, item: T, attempt: int, key: str) -> ProbeEntry:
+        name = self.describe(item)
+        base: dict[str, Any] = {
+            "key": key,
+            "item": name,
+            "attempt": attempt,
+            "tags": self.tags(item) if self.tags else [],
+        }
+        try:
+            env_key = self.probes.env_key(item)
+        except ReproboxError as exc:
+            if exc.exit_code in SKIP_CODES:
+                return ProbeEntry(**base, skip=True, reason=str(exc))
+            raise ProbeFailed(self._stop_message(name, str(exc)), exit_code=exc.exit_code) from None
+        base["lock_hash"] = env_key
+        for earlier in list(self.log.entries.values()):
+            # Another item that resolved to the very same environment (days often do).
+            if earlier.lock_hash == env_key and earlier.attempt == attempt:
+                return ProbeEntry(
+                    **base,
+                    verdict=earlier.verdict,
+                    skip=earlier.skip,
+                    reason=earlier.reason,
+                    record=earlier.record,
+                    same_as=earlier.item,
+                )
+        outcome = self.probes.run(item, attempt)
+        base.update(record=outcome.record, wall_s=round(outcome.wall_s, 3))
+        if outcome.kind == "verdict" and outcome.verdict in (Verdict.CLEAN, Verdict.REPRODUCED):
+            word: Literal["clean", "reproduced"] = (
+                "clean" if outcome.verdict is Verdict.CLEAN else "reproduced"
+            )
+            return ProbeEntry(**base, verdict=word, reason=outcome.reason)
+        if outcome.kind == "skip":
+            return ProbeEntry(**base, skip=True, reason=outcome.reason)
+        code = outcome.exit_code
+        if code in (ExitCode.OK, ExitCode.FAILED, ExitCode.CANNOT_TEST):
+            code = int(ExitCode.RUN_FAILED)  # never let a stop read as a verdict
+        raise ProbeFailed(self._stop_message(name, outcome.reason), exit_code=ExitCode(code))
+
+    def _stop_message(self, name: str, reason: str) -> str:
+        return (
+            f"probe {name} failed ({reason}); fix it and run the same bisect again: finished "
+            f"probes are kept in {self.log.path}"
+        )
+
+    def prefetch(self, items: Sequence[T]) -> None:
+        """Prepare the environments the next step may need while the current probe runs."""
+        if self.probes.warm is None:
+            return
+        for item in items:
+            if self.log.get(f"{self.describe(item)}#1") is None:
+                self._background.submit(self._warm, item)
+
+    def _warm(self, item: T) -> None:
+        assert self.probes.warm is not None
+        try:
+            self.probes.warm(item)
+        except ReproboxError:
+            pass  # the probe itself will meet the same failure and classify it
+
+    def close(self) -> None:
+        self._background.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def answering(advice: Callable[[SearchError], str] | None = None) -> Iterator[None]:
+    """Turn the pure search's errors into the harness's BadInput (exit 2), with advice."""
+    try:
+        yield
+    except SearchError as exc:
+        extra = advice(exc) if advice is not None else ""
+        raise BisectError(f"{exc}{extra}") from None
+
+
+# -- the production wiring -----------------------------------------------------------------
+
+
+def classify(record: Record) -> Outcome:
+    """A probe's record as an outcome (see the module docstring for the rule)."""
+    where = record.dir or None
+    wall = record.wall_s + record.preflight_s  # a probe's run time: its preflight and launch
+    if record.verdict in (Verdict.CLEAN.value, Verdict.REPRODUCED.value):
+        verdict = Verdict(record.verdict)
+        return Outcome("verdict", verdict, record.reason, where, wall)
+    if record.verdict == Verdict.CANNOT_TEST.value:
+        return Outcome("skip", None, record.reason or "cannot test", where, wall)
+    if record.exit_code == ExitCode.ENV_FAILED:
+        return Outcome("skip", None, record.reason, where, wall)
+    if record.exit_code in INTERRUPT_CODES:
+        raise KeyboardInterrupt
+    return Outcome("error", None, record.reason, where, wall, exit_code=record.exit_code)
+
+
+def pipeline_probes(
+    target: Target,
+    lock_of: Callable[[T], Path],
+    cell_of: Callable[[T], Cell],
+    runs: Path,
+) -> Probes[T]:
+    """Probes that run the target through the pipeline, each against `lock_of(item)`.
+
+    Resolution happens in `env_key` (so a release that cannot resolve is a skip before any
+    launch); the run then installs and launches against that lock, its folder under `runs`."""
+    repro, options = target.repro, target.options
+    platform = options.platform
+
+    def env_key(item: T) -> str:
+        return venvs.env_hash(lock_of(item), *pipeline.env_inputs(repro, platform))
+
+    def run(item: T, attempt: int) -> Outcome:
+        probe_options = pipeline.RunOptions(
+            platform=platform,
+            echo=options.echo,
+            timeout=options.timeout,
+            lock=lock_of(item),
+            results_base=runs,
+        )
+        return classify(pipeline.run_cell(target.root, repro, cell_of(item), probe_options))
+
+    def warm(item: T) -> None:
+        pipeline.ensure_env(repro, lock_of(item), platform)
+
+    def versions(item: T) -> dict[str, str]:
+        return lock_versions(lock_of(item))
+
+    return Probes(run=run, env_key=env_key, warm=warm, versions=versions)
+
+
+def lock_versions(lock: Path) -> dict[str, str]:
+    """package -> version of every `name==version` line of a lock."""
+    found: dict[str, str] = {}
+    for line in lock.read_text().splitlines():
+        text = line.split("\\", 1)[0].strip()
+        if not text or text.startswith(("#", "-")):
+            continue
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue
+        pins = [s.version for s in requirement.specifier if s.operator == "=="]
+        if len(pins) == 1:
+            found[canonicalize_name(requirement.name)] = pins[0]
+    return found
+
+
+def default_log(target: Target, header: dict[str, Any]) -> Path:
+    """Same arguments, same log: re-running a bisect resumes it."""
+    digest = hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()[:10]
+    name = f"{header['kind']}-{header.get('package', 'stack')}-{digest}"
+    return target.results / target.repro.name / "_bisect" / name / LOG_FILE

@@ -1,0 +1,268 @@
+"""Release bisection: which release of one package flips a variant's verdict.
+
+Yanked releases are candidates too (they install by exact pin, and a boundary at one is worth
+knowing), marked as such. The answer says what it assumed (one change between the ends) and is
+checked, before it is printed, against extra probes spread over each side (`verify`) and
+every verdict already on disk for the range: matrix records and earlier bisects or sweeps.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from reprobox.bisect import checks
+from reprobox.bisect.log import ProbeLog
+from reprobox.bisect.prober import (
+    BisectError,
+    Prober,
+    Probes,
+    Target,
+    answering,
+    default_log,
+    pipeline_probes,
+)
+from reprobox.bisect.search import BisectResult, bisect
+from reprobox.bisect.summary import (
+    BisectSummary,
+    Contradiction,
+    ProbeEntry,
+    answer,
+    assumption,
+    read_summaries,
+    write_summary,
+)
+from reprobox.core import cells as matrix
+from reprobox.core.errors import BadInput, ReproboxError
+from reprobox.core.protocol import Verdict
+from reprobox.core.records import RecordStore
+from reprobox.envs.index import PackageIndex, Release, select
+from reprobox.run import pipeline
+
+
+def release_range(index: PackageIndex, package: str, good: str, bad: str) -> list[str]:
+    """The releases from the older to the newer endpoint, oldest first, endpoints included;
+    yanked releases in, pre-releases out."""
+    return [str(r.version) for r in _range_releases(index.releases(package), package, good, bad)]
+
+
+def _range_releases(releases: list[Release], package: str, good: str, bad: str) -> list[Release]:
+    if Version(good) == Version(bad):
+        raise BadInput(f"--good and --bad are the same release ({good}): nothing to bisect")
+    by_version = {r.version: r for r in releases}
+    for end, value in (("--good", good), ("--bad", bad)):
+        if Version(value) not in by_version:
+            raise BadInput(f"{end} {package} {value} does not exist on the index")
+    lo, hi = sorted([Version(good), Version(bad)])
+    inside = select(releases, f">{lo},<{hi}", include_yanked=True)
+    return [by_version[lo], *(by_version[v] for v in inside), by_version[hi]]
+
+
+def sweep_command(repro: str, package: str, lo: str, hi: str, variant: str) -> str:
+    """The command that maps every release of a range (what to run when a bisect is unsure)."""
+    spec = shlex.quote(f">={lo},<={hi}")
+    return f"reprobox sweep {repro} --package {package} --range {spec} --variant {variant}"
+
+
+def release_bisect(
+    target: Target,
+    package: str,
+    good: str,
+    bad: str,
+    index: PackageIndex,
+    *,
+    confirm: int = 1,
+    verify: int | None = None,
+    log_path: Path | None = None,
+    on_probe: Callable[[ProbeEntry], None] | None = None,
+    probes: Probes[str] | None = None,
+) -> BisectSummary:
+    """Bisect the releases of `package` between `good` (clean) and `bad` (reproduces).
+
+    `verify` extra probes per side (default: 2 over more than 8 releases, else none); `probes`
+    replaces the real runs (tests)."""
+    repro, platform = target.repro, target.options.platform
+    name = canonicalize_name(package)
+    if name not in repro.pinned_packages():
+        raise BadInput(f"{package} is not a package that {repro.name} pins")
+    if verify is not None and verify < 0:
+        raise BadInput("--verify must be 0 or more")
+    chosen = _range_releases(index.releases(package), package, good, bad)
+    versions = [str(r.version) for r in chosen]
+    yanked = [str(r.version) for r in chosen if r.yanked]
+    header: dict[str, Any] = {
+        "kind": "release", "repro": repro.name, "variant": target.variant,
+        "package": name, "good": good, "bad": bad, "platform": platform,
+        "versions": versions,
+    }  # fmt: skip
+    path = log_path or default_log(target, header)
+    sweep = sweep_command(repro.name, name, versions[0], versions[-1], target.variant)
+    with ProbeLog(path, header) as log:
+        if probes is None:
+
+            def lock_of(version: str) -> Path:
+                return pipeline.lock_for(repro, target.variant, platform, {package: version})
+
+            def cell_of(version: str) -> matrix.Cell:
+                return matrix.make_cell(repro, target.variant, {package: version}, None, platform)
+
+            probes = pipeline_probes(target, lock_of, cell_of, path.parent / "runs")
+        marked = set(yanked)
+        prober = Prober(
+            probes,
+            log,
+            str,
+            tags=lambda v: ["yanked"] if v in marked else [],
+            on_probe=on_probe,
+        )
+        started = time.monotonic()
+        found: list[Contradiction] = []
+        verified: list[str] = []
+        try:
+            # as the index spells them ("1.25" is 1.25.0), so each end is probed once
+            check_ends(prober, str(Version(good)), str(Version(bad)), sweep)
+            with answering():
+                result = bisect(versions, prober, confirm=confirm, prefetch=prober.prefetch)
+            if result.status != "flaky":
+                k = checks.default_verify(len(versions)) if verify is None else verify
+                found, verified = checks.verify_sides(prober, versions, result, k)
+        finally:
+            prober.close()
+        ours = {p.key for p in prober.runs}
+        on_disk, unread = known_verdicts(target, name, log, path.parent, ours)
+        summary = _summary(header, result, [], verified, 0, yanked)
+        against, agreeing = summary.contradicted_by(on_disk)
+        found = checks.unique([*found, *against])
+        summary = _summary(header, result, found, verified, agreeing, yanked)
+        extra = (
+            (f", {len(verified)} of them to verify" if verified else "")
+            + (f"; {agreeing} verdict(s) on disk agree" if agreeing else "")
+            + (f"; {unread}" if unread else "")
+        )
+        probed = len({p.item for p in prober.runs})
+        summary.assumption = assumption(
+            "release", (versions[0], versions[-1]), probed, len(versions), extra
+        )
+        summary.result = answer(
+            summary, "release", f"{name} ", (versions[0], versions[-1]),
+            suggest=f"; map every release with `{sweep}`",
+        )  # fmt: skip
+        summary = summary.counts(prober.runs, len(versions), time.monotonic() - started)
+        return write_summary(path, summary)
+
+
+def check_ends(prober: Prober[str], good: str, bad: str, sweep: str) -> None:
+    """Fail fast, before any search, when the ends are not what the user says they are."""
+    got: dict[str, Verdict] = {}
+    for flag, item in (("--good", good), ("--bad", bad)):
+        verdict = prober(item, 1)
+        if verdict is None:
+            raise BisectError(f"{flag} {item} cannot be tested here (see {prober.log.path})")
+        got[flag] = verdict
+    if got["--good"] is Verdict.CLEAN and got["--bad"] is Verdict.REPRODUCED:
+        return
+    if got["--good"] is Verdict.REPRODUCED and got["--bad"] is Verdict.CLEAN:
+        raise BisectError(
+            f"--good {good} is reproduced, not clean, and --bad {bad} is clean: "
+            "are --good and --bad the right way round?"
+        )
+    wrong, item, want = (
+        ("--good", good, Verdict.CLEAN)
+        if got["--good"] is not Verdict.CLEAN
+        else ("--bad", bad, Verdict.REPRODUCED)
+    )
+    same = got["--good"].value
+    raise BisectError(
+        f"{wrong} {item} is {got[wrong].value}, not {want.value}: both ends are {same}, so "
+        f"either no release between them changes the verdict, or the change came and went "
+        f"inside the range (a bisect cannot tell); `{sweep}` probes every release"
+    )
+
+
+def known_verdicts(
+    target: Target, package: str, log: ProbeLog, own_dir: Path, ours: set[str]
+) -> tuple[list[tuple[str, Verdict, str]], str]:
+    """Every verdict on disk about one release of `package` for this variant and platform:
+    this log (beyond the probes `ours` of this session), the newest matrix records, earlier
+    bisects and sweeps. The second value says what could not be read ("" when all could)."""
+    repro, variant, platform = target.repro, target.variant, target.options.platform
+    known: list[tuple[str, Verdict, str]] = [
+        (e.item, v, "this log")
+        for e in log.entries.values()
+        if (v := e.outcome) is not None and e.key not in ours
+    ]
+    problems: list[str] = []
+    default_pin = _exact_pin(repro.requirements(variant, platform), package)
+    try:
+        records = RecordStore(target.results).latest(repro.name)
+    except (ReproboxError, OSError) as exc:
+        records = []
+        problems.append(f"records on disk not checked ({exc})")
+    for record in records:
+        if record.variant != variant or record.platform != platform or record.params:
+            continue
+        if record.verdict not in (Verdict.CLEAN.value, Verdict.REPRODUCED.value):
+            continue
+        packages = {str(canonicalize_name(k)): v for k, v in record.packages.items()}
+        version = packages.get(package) if set(packages) == {package} else None
+        if not packages:
+            version = default_pin
+        if version is not None:
+            known.append((version, Verdict(record.verdict), f"record {record.dir}"))
+    summaries, unreadable = read_summaries(own_dir.parent)
+    if unreadable:
+        problems.append(f"{len(unreadable)} earlier summary file(s) unreadable")
+    for earlier in summaries:
+        if earlier.id == own_dir.name or earlier.kind not in ("release", "sweep"):
+            continue
+        if (earlier.package, earlier.variant, earlier.platform) != (package, variant, platform):
+            continue
+        for probe in earlier.probes:
+            if (verdict := probe.outcome) is not None:
+                known.append((probe.item, verdict, f"bisect {earlier.id}"))
+    return known, "; ".join(problems)
+
+
+def _exact_pin(requirements: Iterable[str], package: str) -> str | None:
+    """The version `package` is pinned to with ==, if it is."""
+    for text in requirements:
+        requirement = Requirement(text)
+        if canonicalize_name(requirement.name) != package:
+            continue
+        pins = [s.version for s in requirement.specifier if s.operator == "=="]
+        return pins[0] if len(pins) == 1 and len(requirement.specifier) == 1 else None
+    return None
+
+
+def _summary(
+    header: Mapping[str, Any],
+    result: BisectResult[str],
+    found: list[Contradiction],
+    verified: list[str],
+    agreeing: int,
+    yanked: list[str],
+) -> BisectSummary:
+    status = "non-monotone" if found and result.status != "flaky" else result.status
+    return BisectSummary.model_validate(
+        {
+            **header,
+            "status": status,
+            "yanked": yanked,
+            "start_verdict": result.start_verdict.value,
+            "end_verdict": result.end_verdict.value,
+            "last_start": str(result.last_start),
+            "first": str(result.first_end),
+            "candidates": [str(c) for c in result.candidates],
+            "flaky": [str(f) for f in result.flaky],
+            "verified": verified,
+            "agreeing": agreeing,
+            "contradictions": [c.model_dump() for c in found],
+        }
+    )

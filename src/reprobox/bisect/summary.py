@@ -1,0 +1,306 @@
+"""What a bisect writes and what its readers read: probe entries and the summary, typed.
+
+The probe log (one `ProbeEntry` per line), the closing `summary.json` (a `BisectSummary`), the
+terminal and the report all go through these models, so a field is named and checked once.
+Readers are lenient about what older files lack (defaults) and strict about what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from reprobox.core.protocol import Verdict
+
+SUMMARY_FILE = "summary.json"
+LOG_FILE = "probes.jsonl"
+
+Status = Literal["found", "ambiguous", "flaky", "non-monotone", "mapped"]
+Kind = Literal["release", "date", "sweep"]
+
+
+class ProbeEntry(BaseModel):
+    """One measured probe: a verdict, or a skip with its reason (never both, never neither)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    key: str = Field(min_length=1)  # "<item>#<attempt>": what the log is looked up by
+    item: str
+    attempt: int = Field(default=1, ge=1)
+    verdict: Literal["clean", "reproduced"] | None = None
+    skip: bool = False
+    reason: str = ""
+    record: str | None = None  # the probe's run folder
+    wall_s: float = 0.0
+    lock_hash: str | None = None  # the environment key: same key, same environment, same run
+    same_as: str | None = None  # the item whose run this one reused
+    tags: list[str] = []  # e.g. "yanked"
+    resumed: bool = False  # read from the log of an earlier, interrupted run (never written)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _key_from_item(cls, data: Any) -> Any:
+        # Summaries written by hand (or by older versions) may leave the key out.
+        if isinstance(data, dict) and "key" not in data and "item" in data:
+            return {**data, "key": f"{data['item']}#{data.get('attempt', 1)}"}
+        return data
+
+    @model_validator(mode="after")
+    def _verdict_or_skip(self) -> ProbeEntry:
+        if self.skip == (self.verdict is not None):
+            raise ValueError("a probe has either a verdict or skip = true")
+        return self
+
+    @property
+    def outcome(self) -> Verdict | None:
+        """The verdict, or None for a skip (what the search reads)."""
+        return Verdict(self.verdict) if self.verdict else None
+
+    @property
+    def fresh(self) -> bool:
+        """Launched in this session (not read from the log, not another item's run)."""
+        return not (self.resumed or self.same_as)
+
+    def log_line(self) -> str:
+        return self.model_dump_json(exclude={"resumed"}, exclude_defaults=True)
+
+
+class Contradiction(BaseModel):
+    """A measured verdict that the answer, assuming one change, says cannot be."""
+
+    item: str
+    verdict: Verdict
+    expected: Verdict
+    source: str  # "verify probe", "this log", "record <dir>", "bisect <id>"
+
+
+class Event(BaseModel):
+    """An advisory-style event over releases (OSV's introduced / fixed)."""
+
+    introduced: str | None = None
+    fixed: str | None = None
+
+
+class BisectSummary(BaseModel):
+    """The closing document of a bisect or a sweep, beside its probe log."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: Kind = "release"
+    repro: str = ""
+    variant: str = ""
+    platform: str = "cpu"
+    # release bisect and sweep
+    package: str | None = None
+    good: str | None = None
+    bad: str | None = None
+    range: str | None = None
+    versions: list[str] = []
+    yanked: list[str] = []
+    # date bisect
+    start: str | None = None
+    end: str | None = None
+    floated: list[str] = []
+    released_on_day: list[str] = []  # "trl 0.7.2 at 2023-10-12 13:09 UTC"
+    changes: list[str] = []
+    culprit: list[str] = []
+    # the answer
+    status: Status = "found"
+    result: str = ""  # the one line a bisect ends with
+    assumption: str = ""
+    start_verdict: str | None = None
+    end_verdict: str | None = None
+    last_start: str | None = None
+    first: str | None = None
+    candidates: list[str] = []
+    flaky: list[str] = []
+    verified: list[str] = []  # the extra probes --verify ran
+    agreeing: int = 0  # verdicts already on disk that agree with the answer
+    contradictions: list[Contradiction] = []
+    # a sweep's map
+    affected: str = ""  # "" when nothing reproduces
+    events: list[Event] = []
+    untested: list[str] = []
+    # the probes and their cost
+    probes: list[ProbeEntry] = []
+    distinct_probed: int = 0
+    runs: int = 0
+    launched: int = 0
+    skips: int = 0
+    bound: int = 0
+    items: int = 0
+    wall_s: float = 0.0
+    probe_wall_s: float = 0.0
+    # set by readers and writers, not stored
+    id: str = Field(default="", exclude=True)
+    summary_path: str = Field(default="", exclude=True)
+
+    def contradicted_by(
+        self, known: Iterable[tuple[str, Verdict, str]]
+    ) -> tuple[list[Contradiction], int]:
+        """(release, verdict, source) measured elsewhere against this release answer: those
+        that contradict it, and how many agree. Releases outside `versions`, or between the
+        two sides (skipped candidates), say nothing."""
+        if self.kind != "release" or self.first is None or self.last_start is None:
+            return [], 0
+        positions = {_version(v): i for i, v in enumerate(self.versions)}
+        lo, hi = positions.get(_version(self.last_start)), positions.get(_version(self.first))
+        if lo is None or hi is None:
+            return [], 0
+        against: list[Contradiction] = []
+        agreeing = 0
+        for item, verdict, source in known:
+            index = positions.get(_version(item))
+            if index is None or lo < index < hi:
+                continue
+            side = self.start_verdict if index <= lo else self.end_verdict
+            if side is None or verdict not in (Verdict.CLEAN, Verdict.REPRODUCED):
+                continue
+            wanted = Verdict(side)
+            if verdict is wanted:
+                agreeing += 1
+            else:
+                against.append(
+                    Contradiction(item=item, verdict=verdict, expected=wanted, source=source)
+                )
+        return against, agreeing
+
+    def counts(self, probes: list[ProbeEntry], n_items: int, wall_s: float) -> BisectSummary:
+        """The same summary with the probe tallies filled in from `probes`."""
+        fresh = [p for p in probes if p.fresh]
+        return self.model_copy(
+            update={
+                "probes": probes,
+                "distinct_probed": len({p.item for p in probes}),
+                "runs": len(probes),
+                "launched": len(fresh),
+                "skips": sum(1 for p in probes if p.skip),
+                "bound": math.ceil(math.log2(max(n_items, 2))) + 2,
+                "items": n_items,
+                "wall_s": round(wall_s, 3),
+                "probe_wall_s": round(sum(p.wall_s for p in fresh), 3),
+            }
+        )
+
+
+def verdict_word(verdict: Verdict | str | None) -> str:
+    """ "clean" / "reproducing", as the answer line says it."""
+    return "clean" if verdict == Verdict.CLEAN.value else "reproducing"
+
+
+def assumption(noun: str, ends: tuple[str, str], probed: int, total: int, extra: str = "") -> str:
+    """What a bisect's answer rests on, said with the answer."""
+    between = f"assuming one change between {ends[0]} and {ends[1]}"
+    return f"{between}; {probed} of {total} {noun}s probed{extra}"
+
+
+def answer(
+    summary: BisectSummary,
+    noun: str,
+    subject: str,
+    ends: tuple[str, str],
+    *,
+    detail: str = "",
+    suggest: str = "",
+) -> str:
+    """The one line a bisect ends with, like git bisect's, saying what it assumed.
+
+    `subject` prefixes item names ("trl "); `detail` goes before the assumption (a date
+    bisect's "UTC; new that day: ..."); `suggest` follows an answer that is not certain."""
+    kind = verdict_word(summary.end_verdict)
+    yanked = set(summary.yanked)
+
+    def named(item: str) -> str:
+        return f"{item} (yanked)" if item in yanked else item
+
+    if summary.status == "flaky":
+        return (
+            f"flaky: {subject}{', '.join(summary.flaky)} gave different verdicts when "
+            "repeated; no boundary claimed"
+        )
+    if summary.status == "non-monotone":
+        listed = ", ".join(
+            f"{subject}{named(c.item)} {'is clean' if c.verdict is Verdict.CLEAN else 'reproduces'}"
+            f" ({c.source})"
+            for c in summary.contradictions
+        )
+        return (
+            f"non-monotone: {listed}, against the bisect's answer (first {kind} {noun}: "
+            f"{subject}{summary.first}); the verdict changes more than once between "
+            f"{ends[0]} and {ends[1]}, so no boundary is claimed{suggest}"
+        )
+    if summary.status == "found":
+        core = f"first {kind} {noun}: {subject}{summary.first}"
+        if summary.first in yanked:
+            core += f", a yanked {noun}"
+        if summary.last_start in yanked:
+            start_kind = verdict_word(summary.start_verdict)
+            core += f", right after {summary.last_start} ({start_kind}, yanked)"
+    else:
+        core = f"first {kind} {noun} could be any of: {subject}"
+        core += ", ".join(named(c) for c in summary.candidates)
+    inside = "; ".join(part for part in (detail, summary.assumption) if part)
+    return f"{core} ({inside})" if inside else core
+
+
+def write_summary(log_path: Path, summary: BisectSummary) -> BisectSummary:
+    """`summary.json` beside the log, written whole (tmp then rename)."""
+    path = log_path.with_name(SUMMARY_FILE)
+    tmp = path.with_name(SUMMARY_FILE + ".tmp")
+    tmp.write_text(summary.model_dump_json(indent=2) + "\n")
+    tmp.replace(path)
+    return summary.model_copy(update={"summary_path": str(path)})
+
+
+def read_summary(path: Path) -> BisectSummary:
+    """One summary file; ValueError (with the file named) when it is not one."""
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        summary = BisectSummary.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(f"{path}: not a bisect summary ({first_problem(exc)})") from None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return summary.model_copy(update={"id": path.parent.name, "summary_path": str(path)})
+
+
+def read_summaries(bisect_dir: Path) -> tuple[list[BisectSummary], list[str]]:
+    """Every `<bisect_dir>/*/summary.json`, newest first, and a line per unreadable one."""
+    found: list[BisectSummary] = []
+    skipped: list[str] = []
+    paths = [p for p in bisect_dir.glob(f"*/{SUMMARY_FILE}") if p.is_file()]
+    for path in sorted(paths, key=_mtime, reverse=True):
+        try:
+            found.append(read_summary(path))
+        except ValueError as exc:
+            skipped.append(str(exc))
+    return found, skipped
+
+
+def first_problem(exc: ValidationError) -> str:
+    """pydantic's first complaint, in one line: `field: message`."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return f"{where}: {error['msg']}" if where else str(error["msg"])
+
+
+def _version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

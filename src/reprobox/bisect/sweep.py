@@ -1,0 +1,150 @@
+"""Sweep: probe every release in a range and map where the variant reproduces.
+
+A bisect assumes one change between its ends; real regressions come back (fixed, regressed,
+patched, back again). A sweep assumes nothing: it probes each release once and prints the
+affected versions the way advisories do, as ranges (`>=4.44.2,<4.46.0; ==4.47.0`) and
+introduced / fixed events, with the releases it could not test listed apart.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from reprobox.bisect.log import ProbeLog
+from reprobox.bisect.prober import Prober, Probes, Target, default_log, pipeline_probes
+from reprobox.bisect.summary import BisectSummary, Event, ProbeEntry, write_summary
+from reprobox.core import cells as matrix
+from reprobox.core.errors import BadInput
+from reprobox.core.protocol import Verdict
+from reprobox.envs.index import PackageIndex, select
+from reprobox.run import pipeline
+
+
+def affected_ranges(
+    verdicts: Sequence[tuple[str, Verdict | None]],
+) -> tuple[list[str], list[Event], list[str]]:
+    """Releases in order with their verdicts (None: untested) as advisory ranges of the
+    reproducing ones, introduced / fixed events, and the untested releases.
+
+    A stretch of reproducing releases ends at the next clean one: `>=first,<fixed`, or
+    `==first` when it holds one release; a stretch running to the end of the range ends
+    `<=last`. An untested release inside a stretch is inside its range (and listed apart)."""
+    names = [name for name, _ in verdicts]
+    ranges: list[str] = []
+    events: list[Event] = []
+    untested = [name for name, verdict in verdicts if verdict is None]
+    opened: int | None = None  # index of the first release of the current stretch
+    for index, (name, verdict) in enumerate(verdicts):
+        if verdict is Verdict.REPRODUCED and opened is None:
+            opened = index
+            events.append(Event(introduced=name))
+        elif verdict is Verdict.CLEAN and opened is not None:
+            inside = names[opened:index]
+            ranges.append(f"=={inside[0]}" if len(inside) == 1 else f">={inside[0]},<{name}")
+            events.append(Event(fixed=name))
+            opened = None
+    if opened is not None:
+        last = max(i for i, (_, v) in enumerate(verdicts) if v is Verdict.REPRODUCED)
+        inside = names[opened : last + 1]
+        ranges.append(f"=={inside[0]}" if len(inside) == 1 else f">={inside[0]},<={inside[-1]}")
+    return ranges, events, untested
+
+
+def sweep(
+    target: Target,
+    package: str,
+    specifier: str,
+    index: PackageIndex,
+    *,
+    log_path: Path | None = None,
+    on_probe: Callable[[ProbeEntry], None] | None = None,
+    probes: Probes[str] | None = None,
+) -> BisectSummary:
+    """Probe every release of `package` in `specifier` (yanked ones too, marked)."""
+    repro, platform = target.repro, target.options.platform
+    name = canonicalize_name(package)
+    if name not in repro.pinned_packages():
+        raise BadInput(f"{package} is not a package that {repro.name} pins")
+    releases = index.releases(package)
+    chosen = select(releases, specifier, include_yanked=True)
+    if not chosen:
+        raise BadInput(f"no release of {name} matches {specifier!r}")
+    versions = [str(v) for v in chosen]
+    yanked = sorted(
+        {str(r.version) for r in releases if r.yanked} & set(versions), key=versions.index
+    )
+    header = {
+        "kind": "sweep", "repro": repro.name, "variant": target.variant, "package": name,
+        "range": specifier, "platform": platform, "versions": versions,
+    }  # fmt: skip
+    path = log_path or default_log(target, header)
+    with ProbeLog(path, header) as log:
+        if probes is None:
+
+            def lock_of(version: str) -> Path:
+                return pipeline.lock_for(repro, target.variant, platform, {package: version})
+
+            def cell_of(version: str) -> matrix.Cell:
+                return matrix.make_cell(repro, target.variant, {package: version}, None, platform)
+
+            probes = pipeline_probes(target, lock_of, cell_of, path.parent / "runs")
+        marked = set(yanked)
+        prober = Prober(
+            probes, log, str, tags=lambda v: ["yanked"] if v in marked else [], on_probe=on_probe
+        )
+        started = time.monotonic()
+        verdicts: list[tuple[str, Verdict | None]] = []
+        try:
+            for number, version in enumerate(versions):
+                prober.prefetch(versions[number + 1 : number + 2])
+                verdicts.append((version, prober(version, 1)))
+        finally:
+            prober.close()
+        ranges, events, untested = affected_ranges(verdicts)
+        summary = BisectSummary(
+            kind="sweep",
+            repro=repro.name,
+            variant=target.variant,
+            platform=platform,
+            package=name,
+            range=specifier,
+            versions=versions,
+            yanked=yanked,
+            status="mapped",
+            affected="; ".join(ranges),
+            events=events,
+            untested=untested,
+        )
+        summary.result = sweep_sentence(summary, len(ranges))
+        summary = summary.counts(prober.runs, len(versions), time.monotonic() - started)
+        return write_summary(path, summary)
+
+
+def sweep_sentence(summary: BisectSummary, stretches: int) -> str:
+    """The line a sweep ends with: the affected ranges, or that nothing reproduces."""
+    probed = len(summary.versions) - len(summary.untested)
+    counts = f"{probed} of {len(summary.versions)} releases tested"
+    if summary.untested:
+        counts += f"; untested: {', '.join(summary.untested)}"
+    if not summary.affected:
+        return f"no release of {summary.package} in {summary.range} reproduces ({counts})"
+    changes = (
+        f"; the verdict changes {len(summary.events)} times: a bisect of this range would not "
+        "be certain"
+        if stretches > 1
+        else ""
+    )
+    return f"{summary.package} affected: {summary.affected} ({counts}{changes})"
+
+
+def events_line(events: Sequence[Event]) -> str:
+    """`introduced 4.44.2, fixed 4.46.0, ...` (OSV's event order)."""
+    parts = [
+        f"introduced {e.introduced}" if e.introduced is not None else f"fixed {e.fixed}"
+        for e in events
+    ]
+    return ", ".join(parts)

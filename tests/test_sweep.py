@@ -1,0 +1,154 @@
+"""Non-monotone histories are never answered as certain. The history is transformers' loss
+bug as it happened: fixed in 4.46.0, regressed in 4.47.0, patched in 4.47.1, back in 4.48.0,
+fixed in 4.48.1. Runs are fake; the bisect, the checks, the sweep and the records are real."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from bisect_fakes import C, R, hist_target, transformers_history, transformers_index
+
+from reprobox.bisect.prober import BisectError
+from reprobox.bisect.releases import release_bisect
+from reprobox.bisect.summary import SUMMARY_FILE, read_summary
+from reprobox.bisect.sweep import affected_ranges, sweep
+from reprobox.core.cells import make_cell
+from reprobox.core.records import Record, RecordStore
+
+
+def test_the_answer_says_what_it_assumed(tmp_path: Path) -> None:
+    history = transformers_history()
+    summary = release_bisect(
+        hist_target(tmp_path), "transformers", "4.48.1", "4.48.0", transformers_index(),
+        probes=history.probes,
+    )  # fmt: skip
+    assert summary.result == (
+        "first clean release: transformers 4.48.1 (assuming one change between 4.48.0 and "
+        "4.48.1; 2 of 2 releases probed)"
+    )
+
+
+def test_verify_probes_catch_a_change_that_came_back(tmp_path: Path) -> None:
+    history = transformers_history()
+    summary = release_bisect(
+        hist_target(tmp_path), "transformers", "4.49.0", "4.47.0", transformers_index(),
+        verify=2, probes=history.probes,
+    )  # fmt: skip
+    # Today's answer was "first clean release: transformers 4.47.1", although 4.48.0 reproduces.
+    assert summary.status == "non-monotone"
+    assert [(c.item, c.verdict, c.source) for c in summary.contradictions] == [
+        ("4.48.0", R, "verify probe")
+    ]
+    assert summary.result.startswith(
+        "non-monotone: transformers 4.48.0 reproduces (verify probe), against the bisect's "
+        "answer (first clean release: transformers 4.47.1)"
+    )
+    assert (
+        "reprobox sweep hist --package transformers --range '>=4.47.0,<=4.49.0'" in summary.result
+    )
+    assert "4.48.0" in summary.verified
+
+
+def test_a_large_range_is_verified_by_default(tmp_path: Path) -> None:
+    history = transformers_history()
+    summary = release_bisect(
+        hist_target(tmp_path), "transformers", "4.49.0", "4.44.2", transformers_index(),
+        probes=history.probes,
+    )  # fmt: skip
+    assert summary.items == 15 and len(summary.verified) == 4  # 2 on each side
+    assert summary.status == "non-monotone", summary.result
+    assert summary.status != "found"
+
+
+def _save_record(root: Path, version: str, verdict: str) -> None:
+    store = RecordStore(root / "results")
+    target = hist_target(root)
+    cell = make_cell(target.repro, "broken", {"transformers": version})
+    run_dir = store.new_run_dir("hist", cell.slug)
+    record = Record.for_cell(cell, run_dir)
+    record.status, record.verdict = "recorded", verdict
+    record.save()
+
+
+def test_verdicts_on_disk_are_checked_before_the_answer_is_printed(tmp_path: Path) -> None:
+    _save_record(tmp_path, "4.48.0", "reproduced")  # a matrix run the report would show
+    _save_record(tmp_path, "4.48.2", "clean")  # agrees
+    history = transformers_history()
+    summary = release_bisect(
+        hist_target(tmp_path), "transformers", "4.49.0", "4.47.0", transformers_index(),
+        verify=0, probes=history.probes,
+    )  # fmt: skip
+    assert summary.status == "non-monotone"
+    [against] = summary.contradictions
+    assert against.item == "4.48.0" and against.source.startswith("record ")
+    assert "4.48.0" not in history.items_run()  # known from disk, not probed
+    saved = json.loads(Path(summary.summary_path).read_text())
+    assert saved["status"] == "non-monotone"
+
+
+def test_both_ends_alike_says_the_change_may_have_come_and_gone(tmp_path: Path) -> None:
+    history = transformers_history()
+    with pytest.raises(BisectError) as caught:
+        release_bisect(
+            hist_target(tmp_path), "transformers", "4.46.3", "4.48.1", transformers_index(),
+            probes=history.probes,
+        )  # fmt: skip
+    message = str(caught.value)
+    assert message.startswith("--bad 4.48.1 is clean, not reproduced: both ends are clean")
+    assert "the change came and went inside the range" in message
+    assert "reprobox sweep hist --package transformers --range '>=4.46.3,<=4.48.1'" in message
+    assert "\n" not in message
+
+
+def test_wrong_way_round_ends_are_named_as_such(tmp_path: Path) -> None:
+    with pytest.raises(BisectError, match="are --good and --bad the right way round"):
+        release_bisect(
+            hist_target(tmp_path), "transformers", "4.45.0", "4.46.1", transformers_index(),
+            probes=transformers_history().probes,
+        )  # fmt: skip
+
+
+def test_a_sweep_maps_every_release_as_advisory_ranges(tmp_path: Path) -> None:
+    history = transformers_history()
+    target = hist_target(tmp_path)
+    summary = sweep(
+        target, "transformers", ">=4.44.2,<=4.49.0", transformers_index(), probes=history.probes
+    )
+    assert summary.affected == ">=4.44.2,<4.46.0; ==4.47.0; ==4.48.0"
+    events = [(e.introduced, e.fixed) for e in summary.events]
+    assert events == [
+        ("4.44.2", None), (None, "4.46.0"), ("4.47.0", None), (None, "4.47.1"),
+        ("4.48.0", None), (None, "4.48.1"),
+    ]  # fmt: skip
+    assert len(history.calls) == 15 and "4.47.0rc1" not in history.items_run()
+    assert summary.yanked == ["4.46.0"]
+    assert summary.result.startswith(
+        "transformers affected: >=4.44.2,<4.46.0; ==4.47.0; ==4.48.0 (15 of 15 releases tested"
+    )
+    # the summary lies beside the probe log, and reads back the same
+    path = Path(summary.summary_path)
+    assert path.name == SUMMARY_FILE and (path.parent / "probes.jsonl").is_file()
+    assert read_summary(path).affected == summary.affected
+
+    # A later bisect of a stretch inside it is checked against the sweep's verdicts.
+    again = release_bisect(
+        target, "transformers", "4.49.0", "4.47.0", transformers_index(),
+        verify=0, probes=transformers_history().probes,
+    )  # fmt: skip
+    assert again.status == "non-monotone"
+    assert any(c.source == f"bisect {path.parent.name}" for c in again.contradictions)
+
+
+def test_affected_ranges_with_untested_releases_and_an_open_end() -> None:
+    ranges, events, untested = affected_ranges(
+        [("1.0", C), ("1.1", R), ("1.2", None), ("1.3", R), ("1.4", C), ("1.5", R), ("1.6", R)]
+    )
+    assert ranges == [">=1.1,<1.4", ">=1.5,<=1.6"]
+    assert untested == ["1.2"]
+    assert [(e.introduced, e.fixed) for e in events] == [
+        ("1.1", None), (None, "1.4"), ("1.5", None),
+    ]  # fmt: skip
+    assert affected_ranges([("1.0", C), ("1.1", C)]) == ([], [], [])
+    assert affected_ranges([("1.0", R)])[0] == ["==1.0"]
