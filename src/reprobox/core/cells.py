@@ -134,7 +134,7 @@ def expectation(
     [matrix] expect, else the variant's own expectation."""
     spec = repro.variant(variant)
     matrix = repro.spec.matrix
-    canonical = {canonicalize_name(k): v for k, v in packages.items()}
+    canonical: dict[str, str] = {canonicalize_name(k): v for k, v in packages.items()}
     for rule in matrix.expect if matrix else []:
         if rule.variant not in (None, variant):
             continue
@@ -143,7 +143,9 @@ def expectation(
     return spec.expect, tuple(spec.also_ok)
 
 
-def _matches(key: str, condition: str, packages: Mapping[str, str], params: Mapping[str, str]):
+def _matches(
+    key: str, condition: str, packages: Mapping[str, str], params: Mapping[str, str]
+) -> bool:
     if canonicalize_name(key) in packages:
         return Version(packages[canonicalize_name(key)]) in SpecifierSet(condition)
     if key in params:

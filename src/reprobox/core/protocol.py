@@ -77,7 +77,7 @@ def read_result(path: Path) -> dict[str, Any]:
     if data.get("schema") != SCHEMA_VERSION:
         raise LaunchError(f"result {path} has schema {data.get('schema')!r}, want {SCHEMA_VERSION}")
     try:
-        Verdict(data.get("verdict"))
+        Verdict(str(data.get("verdict")))
     except ValueError:
         raise LaunchError(f"result {path} has no valid verdict: {data.get('verdict')!r}") from None
     metrics = data.get("metrics", {})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from reprobox.core.errors import BadInput
@@ -37,7 +37,7 @@ class Settings:
     ci: bool = False  # CI: plain output, no live progress
     torch_index: str | None = None  # REPROBOX_TORCH_INDEX: a simple index serving CPU torch
     torch_source: str = "cpu"  # REPROBOX_TORCH_SOURCE: cpu (the CPU build) | pypi (default's)
-    extra: dict[str, str] = field(default_factory=dict, compare=False)
+    script_cache: Path | None = None  # REPRO_CACHE: what scripts build (default: under cache)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -59,6 +59,7 @@ class Settings:
             refresh_index=bool(env.get("REPROBOX_REFRESH_INDEX")),
             ca_bundle=Path(ca) if ca else None,
             ci=bool(env.get("CI")),
+            script_cache=_absolute(env, "REPRO_CACHE"),
             torch_index=env.get("REPROBOX_TORCH_INDEX") or None,
             torch_source=_choice(env, "REPROBOX_TORCH_SOURCE", ("cpu", "pypi")),
         )
@@ -82,6 +83,11 @@ def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise BadInput(f"{name}={value!r}: expected one of {', '.join(allowed)}")
     return value
+
+
+def repro_cache(settings: Settings, repro: str) -> Path:
+    """The folder a repro's script keeps what it builds in (a tiny model, JIT-built ops)."""
+    return settings.script_cache or settings.cache / "repro-cache" / repro
 
 
 def current() -> Settings:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reprobox.core.spec import Repro
+from reprobox.run.layout import IMAGE_USER, IN_IMAGE, OUT
 
 HEADER = """\
 # GENERATED from repros/{name}/repro.toml by `nox -s lock` - edit [image] there, or the template
@@ -38,14 +39,14 @@ RUN --mount=type=bind,source=wheels,target=/tmp/wheels \\
     sh /opt/reprobox/install-lock.sh
 # Declared after the install so variants sharing a lock share its (large) layer.
 ARG REPRO={name} VARIANT={variant} REPRO_COMMAND=""
-COPY --chown=10001:10001 repro/ /opt/repro/
-COPY --chown=10001:10001 fixes/ /opt/fixes/
-ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/opt/fixes REPRO_RESULT=/out/result.json \\
+COPY --chown={uid}:{uid} repro/ {repro_dir}/
+COPY --chown={uid}:{uid} fixes/ {fixes_dir}/
+ENV PATH={venv}/bin:$PATH PYTHONPATH={fixes_dir} REPRO_RESULT={out}/result.json \\
     HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 REPRO_COMMAND=${{REPRO_COMMAND}}
 LABEL org.reprobox.repro=${{REPRO}} org.reprobox.variant=${{VARIANT}} \\
       org.reprobox.target={target} org.reprobox.lock-sha256=${{LOCK_SHA256}}
-USER 10001:10001
-WORKDIR /opt/repro
+USER {uid}:{uid}
+WORKDIR {repro_dir}
 CMD ["/bin/sh", "-c", "exec $REPRO_COMMAND"]
 """
 
@@ -65,6 +66,8 @@ def render(repro: Repro) -> str:
         repro.default_variants[0] if repro.default_variants else next(iter(repro.spec.variants))
     )
     fields = {"name": repro.name, "title": repro.spec.repro.title, "variant": variant}
+    paths = {"uid": IMAGE_USER, "repro_dir": IN_IMAGE["repro"], "fixes_dir": IN_IMAGE["fixes"],
+             "venv": IN_IMAGE["venv"], "out": OUT}  # fmt: skip
     text = HEADER.format(**fields, base=image.base, gpu_base=image.gpu_base)
     cpu_packages = image.system_packages
     # CUDA images carry no Python: add the distro's (3.10 on Ubuntu 22.04).
@@ -73,7 +76,7 @@ def render(repro: Repro) -> str:
                                        ("gpu", "GPU_BASE", gpu_packages)):  # fmt: skip
         system = APT.format(packages=" ".join(dict.fromkeys(packages))) if packages else ""
         text += TARGET.format(
-            **fields, target=target, base_arg=base_arg, system=system,
+            **fields, **paths, target=target, base_arg=base_arg, system=system,
             install_env=install_env_arg(repro, target),
             no_build_isolation=" ".join(repro.spec.env.no_build_isolation),
         )  # fmt: skip

@@ -20,12 +20,12 @@ from typing import Any
 import yaml
 
 from reprobox.core.errors import BadInput
+from reprobox.run.layout import IMAGE_UID, OUT
 from reprobox.scaleout.jobs import JobCell
 
 CELLS_KEY = "cells.json"
 CELLS_MOUNT = "/etc/reprobox"
-OUT_MOUNT = "/out"
-IMAGE_UID = 10001  # the non-root user of images/<repro>/Dockerfile
+OUT_MOUNT = str(OUT)
 CELL_FILE = "cell.json"
 EXIT_FILE = "exit_code"
 VERDICT_EXIT_CODES = (0, 1, 125)
@@ -69,7 +69,6 @@ class K8sOptions:
     image_prefix: str = "reprobox"  # images are <prefix>/<repro>:<cell image tag>
     image: str | None = None  # one image holding every cell's environment: one Job in all
     claim: str = "reprobox-results"  # a ReadWriteMany PersistentVolumeClaim mounted at /out
-    name: str | None = None  # Job name prefix (default reprobox-<repro>)
     namespace: str | None = None
     parallelism: int | None = None  # pods at once per Job (default: all)
 
@@ -87,7 +86,7 @@ def manifest(cells: list[JobCell], options: K8sOptions = K8sOptions()) -> list[d
     groups: dict[str, list[JobCell]] = {}
     for cell in cells:
         groups.setdefault(options.image or cell.image_tag, []).append(cell)
-    base = _dns_name(options.name or f"reprobox-{cells[0].repro}")
+    base = _dns_name(f"reprobox-{cells[0].repro}")
     objects: list[dict[str, Any]] = []
     for number, (tag, members) in enumerate(groups.items()):
         name = _dns_name(f"{base[:56]}-{number}") if len(groups) > 1 else base

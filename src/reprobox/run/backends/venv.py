@@ -9,7 +9,7 @@ from pathlib import Path
 from reprobox.core.cells import Cell
 from reprobox.core.judge import Launched
 from reprobox.core.protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV
-from reprobox.core.settings import Settings
+from reprobox.core.settings import Settings, repro_cache
 from reprobox.core.spec import Repro
 from reprobox.envs import venvs
 from reprobox.run import launcher
@@ -42,9 +42,7 @@ class VenvBackend:
         """The launcher plan: the repro's launcher, or one plain process for a preflight."""
         env: venvs.Env = prepared.handle
         spec, lead = request.launch, request.lead
-        cache = os.environ.get(CACHE_ENV) or str(
-            self.settings.cache / "repro-cache" / request.repro.name
-        )
+        cache = str(repro_cache(self.settings, request.repro.name))
         protocol = {RESULT_ENV: str(lead.result)}
         args = list(lead.args)
         if request.preflight is not None:
