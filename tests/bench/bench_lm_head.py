@@ -28,7 +28,7 @@ def main() -> None:
     # The same launch by hand: the command the harness recorded, with the environment it set.
     single = [*HARNESS, "run", "lm_head", "--variant", "broken"]
     timed(single, env=env)
-    record = json.loads(next(results.glob("lm_head/broken/*/record.json")).read_text())
+    record = json.loads(next(results.glob("lm_head/*broken/*/record.json")).read_text())
     by_hand_env = {
         "REPRO_RESULT": str(results / "by-hand.json"),
         "PYTHONPATH": str(ROOT / "fixes"),
