@@ -75,11 +75,13 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint and format) over the harness, repros, fixes and tests."""
+    """ruff (lint and format), the import rules (import-linter) and mypy."""
     session.install("-e", ".[test]")
     paths = ["src", "repros", "fixes", "tests", "noxfile.py"]
     session.run("ruff", "check", *paths)
     session.run("ruff", "format", "--check", *paths)
+    session.run("lint-imports")  # the layer rules of pyproject's [tool.importlinter]
+    session.run("mypy")  # strict on core and bisect ([tool.mypy])
 
 
 @nox.session(venv_backend="none")

@@ -15,7 +15,7 @@ from reprobox.cli import ui
 from reprobox.report.post import parse_target, post
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `report` to the `reprobox` parser."""
     report = subparsers.add_parser(
         "report", help="write an upstream-ready report (markdown, plots, merged results)"

@@ -18,7 +18,7 @@ from reprobox.envs.index import SimpleIndex, select
 from reprobox.scaleout import jobs, k8s
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the scale-out subcommands to the `reprobox` parser."""
     kube = subparsers.add_parser(
         "k8s", help="a Kubernetes Indexed Job (YAML) running one pod per cell"

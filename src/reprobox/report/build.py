@@ -113,7 +113,7 @@ def order_records(records: Sequence[Record], variants: Sequence[str]) -> list[Re
     """Default cells first in repro.toml's variant order, then the matrix, then platform."""
     rank = {v: i for i, v in enumerate(variants)}
 
-    def key(r: Record) -> tuple:
+    def key(r: Record) -> tuple[bool, int, str, str, str]:
         axes = bool(r.packages or r.params)
         return (axes, rank.get(r.variant, len(rank)), r.variant, str(r.packages), str(r.params))
 

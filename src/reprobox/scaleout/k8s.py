@@ -102,7 +102,7 @@ def _job_objects(
     meta: dict[str, Any] = {"name": name, "labels": labels}
     if options.namespace:
         meta["namespace"] = options.namespace
-    config_map = {
+    config_map: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {**meta, "name": f"{name}-cells"[:253]},
