@@ -121,7 +121,7 @@ def test_pypi_flavour_resolves_the_default_index_build(tmp_path: Path) -> None:
     request = locks.LockRequest(("torch==2.13.0",), "3.11", torch_source="pypi")
     text = locks.compile_lock(request, tmp_path / "pypi.txt").read_text()
     assert str(torch_source.pinned_torch(text)) == "2.13.0"  # no +cpu: PyPI's own build
-    assert "torch from the default index (--torch-source pypi)" in text.splitlines()[1]
+    assert "torch from the default index (REPROBOX_TORCH_SOURCE=pypi)" in text.splitlines()[1]
 
 
 @pytest.mark.e2e
@@ -135,7 +135,7 @@ def test_no_cpu_torch_anywhere_is_one_line_with_the_sources_tried(
     assert line.startswith("reprobox: error: "), line
     assert "cannot resolve: only the default index's torch==2.13.0 (the CUDA build)" in line
     assert "tried: default index only" in line and "REPROBOX_TORCH_INDEX=https://" in line
-    assert "--torch-source pypi" in line and "Traceback" not in done.stderr
+    assert "REPROBOX_TORCH_SOURCE=pypi" in line and "Traceback" not in done.stderr
 
 
 @pytest.mark.e2e

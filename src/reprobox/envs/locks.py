@@ -96,7 +96,7 @@ def compile_lock(request: LockRequest, dest: Path) -> Path:
         f"# python {request.python}, platform {request.platform}"
         + (f", as of {request.exclude_newer}" if request.exclude_newer else "")
         + "".join(f", {p} as of {d}" for p, d in request.exclude_newer_packages)
-        + (", torch from the default index (--torch-source pypi)" if pypi else ""),
+        + (", torch from the default index (REPROBOX_TORCH_SOURCE=pypi)" if pypi else ""),
         *(f"#   {req}" for req in request.requirements),
         "# Regenerate with: nox -s lock",
     ]

@@ -12,7 +12,7 @@ never written into the repo:
 - uv's own `UV_EXTRA_INDEX_URL`, `UV_INDEX_URL`, `UV_FIND_LINKS` (uv reads them itself; they
   are named here so a record and an error can say they were used).
 
-Where none can serve it, `REPROBOX_TORCH_SOURCE=pypi` (`--torch-source pypi`) takes the
+Where none can serve it, `REPROBOX_TORCH_SOURCE=pypi` takes the
 default index's build instead (the CUDA build, which runs on CPU): a lock flavour resolved
 into the cache, never committed (see `locks.LockRequest.torch_source`).
 """
@@ -146,7 +146,7 @@ class TorchSource:
         return (
             f"add one: REPROBOX_TORCH_INDEX={PYTORCH_CPU_INDEX} (or UV_FIND_LINKS=<a folder "
             "holding the wheel>), or take the default index's CUDA build with "
-            f"--torch-source pypi ({PYPI_FLAVOUR_SIZE})"
+            f"REPROBOX_TORCH_SOURCE=pypi ({PYPI_FLAVOUR_SIZE})"
         )
 
 
