@@ -3,17 +3,26 @@
 Shape checks are declared with pydantic (types, allowed values, unknown keys); the checks
 that need the file system or packaging rules (script exists, fix module exists, pins parse)
 follow in `_check_semantics`. Every error names the file and the field.
+
+Numbers and booleans are strict (a quoted `"180"` is refused, not coerced), timeouts are
+finite and positive, names that become folders are slugs, and every path stays inside the
+repro's folder (or `fixes/`): a repro.toml from a pull request cannot point the harness at
+files elsewhere on the machine.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import os
+import re
 import tomllib
+import types
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal, NoReturn, Union, get_args, get_origin
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -26,6 +35,16 @@ from reprobox.core.protocol import Expectation, Verdict
 
 SPEC_FILE = "repro.toml"
 RESERVED_VARIANT_NAMES = {"default"}
+# Launching more ranks than this on one host is a typo, not a repro.
+MAX_PROCESSES = 64
+# Names that become folder, lock-file and nox-session names (variants, platforms).
+SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+# A fix is a module imported from fixes/ by name.
+MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Strict: TOML has real numbers and booleans, so a quoted one is a mistake to report.
+Processes = Annotated[int, Field(ge=1, le=MAX_PROCESSES, strict=True)]
+Seconds = Annotated[float, Field(gt=0, strict=True, allow_inf_nan=False)]
 
 
 class _Section(BaseModel):
@@ -44,14 +63,14 @@ Launcher = Literal["torchrun", "accelerate", "python"]
 
 class LaunchSection(_Section):
     launcher: Launcher
-    processes: int = Field(ge=1)
-    timeout: float = Field(gt=0)
+    processes: Processes
+    timeout: Seconds
     args: list[str] = []
     config: str | None = None
     env: dict[str, str] = {}
     # Variants with the same environment and launch settings may share one launch; the
     # script then reads a plan of cases (repros/README.md, "Batching").
-    batch: bool = False
+    batch: bool = Field(default=False, strict=True)
     # Script arguments for a one-process check before launching (repros/README.md, "Preflight").
     preflight: list[str] | None = None
 
@@ -60,8 +79,8 @@ class LaunchOverride(_Section):
     """A variant's changes to [launch]; unset fields keep the repro's value."""
 
     launcher: Launcher | None = None
-    processes: int | None = Field(default=None, ge=1)
-    timeout: float | None = Field(default=None, gt=0)
+    processes: Processes | None = None
+    timeout: Seconds | None = None
     args: list[str] | None = None
     config: str | None = None
     env: dict[str, str] | None = None
@@ -79,7 +98,7 @@ class EnvSection(_Section):
 
 class Rule(_Section):
     metric: str
-    above: float
+    above: float = Field(strict=True, allow_inf_nan=False)
 
 
 class VerdictSection(_Section):
@@ -94,7 +113,7 @@ class Variant(_Section):
     fix: str | None = None
     pins: list[str] = []
     launch: LaunchOverride | None = None
-    default: bool = True
+    default: bool = Field(default=True, strict=True)
     # Replaces [verdict] for this variant, e.g. where a newer API measures another way.
     verdict: VerdictSection | None = None
     platforms: list[str] | None = None  # where the variant applies (default: everywhere)
@@ -112,8 +131,8 @@ class MatrixSection(_Section):
     params: dict[str, list[str]] = {}
     exclude: list[dict[str, str]] = []
     expect: list[ExpectRule] = []
-    prereleases: bool = False
-    include_yanked: bool = False
+    prereleases: bool = Field(default=False, strict=True)
+    include_yanked: bool = Field(default=False, strict=True)
 
 
 class BisectSection(_Section):
@@ -285,7 +304,11 @@ def load_file(file: Path, fixes_dir: Path) -> Repro:
     try:
         spec = ReproFile.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        errors = exc.errors()
+        # A misspelt key also makes its field "missing": name the unknown key, which is
+        # the one the user has to fix.
+        unknown = [e for e in errors if e["type"] == "extra_forbidden"]
+        first = (unknown or errors)[0]
         field = ".".join(str(part) for part in first["loc"])
         extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise SpecError(shown, field, f"{_pydantic_message(first)}{extra}") from None
@@ -294,39 +317,125 @@ def load_file(file: Path, fixes_dir: Path) -> Repro:
     return repro
 
 
-def _pydantic_message(error: dict) -> str:
+def _pydantic_message(error: Any) -> str:
     if error["type"] == "extra_forbidden":
-        return "unknown field"
+        known = list(getattr(_model_at(error["loc"][:-1]), "model_fields", {}))
+        hint = difflib.get_close_matches(str(error["loc"][-1]), known, n=1)
+        return "unknown field" + (f" (did you mean {hint[0]!r}?)" if hint else "")
     if error["type"] == "missing":
         return "required field is missing"
-    return str(error["msg"])
+    value = error.get("input")
+    shown = f" (got {value!r})" if isinstance(value, str | int | float | bool) else ""
+    return f"{error['msg']}{shown}"
+
+
+def _model_at(loc: Iterable[int | str]) -> type[BaseModel] | None:
+    """The section model at a pydantic error location (`variants.x.launch` is a
+    LaunchOverride), so an unknown key can be compared with the fields it may have meant."""
+    kind: Any = ReproFile
+    for part in loc:
+        kind = _model_in(kind)
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            field = kind.model_fields.get(str(part))
+            if field is None:
+                return None
+            kind = field.annotation
+        elif get_origin(kind) is dict:
+            kind = get_args(kind)[1]
+        elif get_origin(kind) is list:
+            kind = get_args(kind)[0]
+        else:
+            return None
+    kind = _model_in(kind)
+    return kind if isinstance(kind, type) and issubclass(kind, BaseModel) else None
+
+
+def _model_in(kind: Any) -> Any:
+    """`Model | None` -> Model; anything else unchanged."""
+    if get_origin(kind) in (Union, types.UnionType):
+        for member in get_args(kind):
+            if isinstance(member, type) and issubclass(member, BaseModel):
+                return member
+    return kind
+
+
+def check_timeout(value: float | None, what: str) -> float | None:
+    """Raise BadInput unless `value` is a finite number of seconds above zero (None: unset).
+
+    `nan` would disable the timeout, `inf` too, and 0 or less would kill every launch (or
+    be ignored as false): each is a typo, not a wish."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise BadInput(f"{what}: {value!r} is not a timeout; give a finite number of seconds > 0")
+    return float(value)
+
+
+def check_overrides(items: Iterable[str], what: str = "--with") -> None:
+    """Raise BadInput when one package is given twice (`--with numpy==1.26.0 --with
+    NumPy==1.25.0`): only one of them could win, silently."""
+    seen: dict[str, str] = {}
+    for item in items:
+        name = item.partition("==")[0].strip()
+        if not name:
+            continue
+        try:
+            key = canonicalize_name(Requirement(name).name)
+        except InvalidRequirement:
+            continue  # malformed: the parser of the values says so
+        if key in seen:
+            raise BadInput(f"{what}: {key} given twice ({seen[key]!r} and {item!r})")
+        seen[key] = item
+
+
+def _inside(base: Path, relative: str) -> bool:
+    """Whether `relative` names a path inside `base` (no absolute path, no `..` or symlink
+    leading out)."""
+    if Path(relative).is_absolute():
+        return False
+    return (base / relative).resolve().is_relative_to(base.resolve())
+
+
+# Reports a problem with a field and stops (raises SpecError).
+Fail = Callable[[str, str], NoReturn]
 
 
 def _check_semantics(repro: Repro, shown: str) -> None:
     spec = repro.spec
 
-    def fail(field: str, problem: str) -> None:
+    def fail(field: str, problem: str) -> NoReturn:
         raise SpecError(shown, field, problem)
 
+    if not _inside(repro.dir, spec.repro.script):
+        fail("repro.script", f"{spec.repro.script!r} is outside the repro's folder")
     if not repro.script.is_file():
         fail("repro.script", f"script {spec.repro.script!r} not found in {_display(repro.dir)}")
     _check_pins(spec.env.pins, "env.pins", fail)
     for name, platform in spec.platforms.items():
+        if not SLUG.match(name):
+            fail(f"platforms.{name}", _NOT_A_SLUG)
         _check_pins(platform.pins, f"platforms.{name}.pins", fail)
     _check_launch(repro, spec.launch, "launch", fail)
 
     for name, variant in spec.variants.items():
         where = f"variants.{name}"
+        if not SLUG.match(name):
+            fail(where, _NOT_A_SLUG)
         if name in RESERVED_VARIANT_NAMES:
             fail(where, f"{name!r} is reserved (it names the default cell)")
         _check_pins(variant.pins, f"{where}.pins", fail)
-        if variant.fix is not None and not (repro.fixes_dir / f"{variant.fix}.py").is_file():
-            fail(f"{where}.fix", f"fix module {variant.fix!r} not found in fixes/")
+        if variant.fix is not None:
+            if not MODULE_NAME.match(variant.fix) or not _inside(
+                repro.fixes_dir, f"{variant.fix}.py"
+            ):
+                fail(f"{where}.fix", f"{variant.fix!r} is not a module name in fixes/")
+            if not (repro.fixes_dir / f"{variant.fix}.py").is_file():
+                fail(f"{where}.fix", f"fix module {variant.fix!r} not found in fixes/")
         if variant.launch is not None:
             _check_launch(repro, repro.launch(name), f"{where}.launch", fail)
-        for index, platform in enumerate(variant.platforms or []):
-            if platform != "cpu" and platform not in spec.platforms:
-                fail(f"{where}.platforms[{index}]", f"no platform {platform!r} in [platforms]")
+        for index, wanted in enumerate(variant.platforms or []):
+            if wanted != "cpu" and wanted not in spec.platforms:
+                fail(f"{where}.platforms[{index}]", f"no platform {wanted!r} in [platforms]")
 
     if spec.matrix is not None:
         _check_matrix(repro, spec.matrix, fail)
@@ -341,15 +450,23 @@ def _check_semantics(repro: Repro, shown: str) -> None:
                 _check_version(value, f"bisect.{end}", fail)
 
 
-def _check_launch(repro: Repro, launch: LaunchSection, where: str, fail) -> None:
+_NOT_A_SLUG = (
+    "not a valid name: letters, digits, '_' and '-', starting with a letter or digit, "
+    "at most 64 characters (it names folders and nox sessions)"
+)
+
+
+def _check_launch(repro: Repro, launch: LaunchSection, where: str, fail: Fail) -> None:
     if launch.config is not None:
         if launch.launcher != "accelerate":
             fail(f"{where}.config", "only the accelerate launcher takes a config file")
+        if not _inside(repro.dir, launch.config):
+            fail(f"{where}.config", f"{launch.config!r} is outside the repro's folder")
         if not (repro.dir / launch.config).is_file():
             fail(f"{where}.config", f"config {launch.config!r} not found")
 
 
-def _check_pins(pins: list[str], where: str, fail) -> None:
+def _check_pins(pins: list[str], where: str, fail: Fail) -> None:
     for index, pin in enumerate(pins):
         try:
             Requirement(pin)
@@ -365,14 +482,14 @@ def check_version(value: str, what: str) -> None:
         raise BadInput(f"{what}: {value!r} is not a valid version") from None
 
 
-def _check_version(value: str, where: str, fail) -> None:
+def _check_version(value: str, where: str, fail: Fail) -> None:
     try:
         Version(value)
     except InvalidVersion:
         fail(where, f"{value!r} is not a valid version")
 
 
-def _check_matrix(repro: Repro, matrix: MatrixSection, fail) -> None:
+def _check_matrix(repro: Repro, matrix: MatrixSection, fail: Fail) -> None:
     for index, variant in enumerate(matrix.variants):
         if variant not in repro.spec.variants:
             fail(f"matrix.variants[{index}]", f"no variant {variant!r}")
