@@ -3,15 +3,22 @@ running. Uses this interpreter as the 'venv' python, so no environment is built.
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
+import signal
+import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from reprobox.core.errors import BadInput, ExitCode, Terminated, interrupt_code
+from reprobox.run import interrupts
 from reprobox.run import launcher as launch
 
 
@@ -133,3 +140,207 @@ def test_a_failed_rank_does_not_wait_for_the_timeout(tmp_path: Path, bin_dir: Pa
     assert not outcome.timed_out
     assert outcome.returncode == 7
     assert outcome.wall_s < 30
+
+
+def _wait_until(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return bool(predicate())
+
+
+STUBBORN = """
+    import os, signal, subprocess, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sleep = [sys.executable, "-c",
+             "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"]
+    subprocess.Popen([*sleep, "{token}-child"])
+    subprocess.Popen([*sleep, "{token}-escaped"], start_new_session=True)
+    print("started", flush=True)
+    time.sleep(300)
+"""
+
+# The classic daemon: fork, setsid, fork again, the middle process exits at once, and the
+# daemon clears its environment, so neither the launch's group, its session nor the run id
+# in the environment leads to it.
+DAEMON = """
+    import os, sys, time
+    child = os.fork()
+    if child == 0:
+        os.setsid()
+        if os.fork() > 0:
+            os._exit(0)
+        os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)",
+                                   "{token}-daemon"], {{}})
+    os.waitpid(child, 0)
+"""
+
+
+def test_a_daemon_that_clears_its_environment_is_killed(tmp_path: Path, bin_dir: Path) -> None:
+    token = f"reprobox-test-daemon-{time.time_ns()}"
+    plan = _plan(tmp_path, bin_dir, DAEMON.format(token=token), processes=2)
+    outcome = launch.run(plan)  # the ranks exit at once, the daemons stay
+    assert outcome.returncode == 0
+    assert outcome.killed_orphans >= 2
+    time.sleep(0.3)
+    assert _alive_with(token) == []
+
+
+def test_a_second_signal_kills_at_once(tmp_path: Path, bin_dir: Path) -> None:
+    """nox: SIGINT, then SIGTERM 0.3 s later; the ranks ignore SIGTERM. The clean-up must
+    not wait out its grace (nox SIGKILLs the harness 0.2 s later) nor stop half way."""
+    token = f"reprobox-test-second-{time.time_ns()}"
+    plan = _plan(tmp_path, bin_dir, STUBBORN.format(token=token))
+    second = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))
+
+    class Nox:
+        sent = 0.0
+
+        def write(self, text: str) -> None:
+            if "started" in text and not self.sent:
+                self.sent = time.monotonic()
+                second.start()
+                os.kill(os.getpid(), signal.SIGINT)
+
+        def flush(self) -> None: ...
+
+    nox = Nox()
+    with interrupts.handled(), pytest.raises(KeyboardInterrupt) as raised:
+        launch.run(plan, echo=nox)
+    second.join()
+    assert type(raised.value) is KeyboardInterrupt  # the first signal's, not the second's
+    assert time.monotonic() - nox.sent < launch.TERM_GRACE_S - 1  # no grace waited out
+    assert _wait_until(lambda: _alive_with(token) == [], 3)
+
+
+def test_sigterm_is_an_interrupt_with_its_exit_code(tmp_path: Path, bin_dir: Path) -> None:
+    token = f"reprobox-test-term-{time.time_ns()}"
+    plan = _plan(tmp_path, bin_dir, STUBBORN.format(token=token))
+
+    class Term:
+        def write(self, text: str) -> None:
+            if "started" in text:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        def flush(self) -> None: ...
+
+    with interrupts.handled(), pytest.raises(Terminated) as raised:
+        launch.run(plan, echo=Term())
+    assert raised.value.exit_code == ExitCode.TERMINATED == 143
+    assert interrupt_code(Terminated(signal.SIGHUP)) == ExitCode.HANGUP == 129
+    assert interrupt_code(KeyboardInterrupt()) == ExitCode.INTERRUPTED
+    assert _wait_until(lambda: _alive_with(token) == [], 3)
+
+
+def test_a_signal_during_a_timeouts_clean_up_is_raised_after_it(
+    tmp_path: Path, bin_dir: Path
+) -> None:
+    token = f"reprobox-test-late-{time.time_ns()}"
+    plan = _plan(tmp_path, bin_dir, STUBBORN.format(token=token), timeout=1)
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM))  # inside the grace
+    started = time.monotonic()
+    with interrupts.handled(), pytest.raises(Terminated):
+        timer.start()
+        launch.run(plan)
+    timer.join()
+    assert time.monotonic() - started < 1 + launch.TERM_GRACE_S  # it killed at once
+    assert _wait_until(lambda: _alive_with(token) == [], 3)
+
+
+def test_one_process_runs_under_the_same_guard(tmp_path: Path, bin_dir: Path) -> None:
+    """The preflight: one plain process of the script, the caller's timeout, the launch's
+    environment, its own log; what it starts is killed like a launch's."""
+    token = f"reprobox-test-preflight-{time.time_ns()}"
+    plan = _plan(tmp_path, bin_dir, """
+        import os, subprocess, sys, time
+        print("args", sys.argv[1:], "rank" in os.environ, os.environ["REPROBOX_RUN_ID"] != "")
+        sleep = [sys.executable, "-c", "import time; time.sleep(300)"]
+        subprocess.Popen([*sleep, sys.argv[-1]], start_new_session=True)
+        time.sleep(300)
+    """, launcher="torchrun", processes=4, timeout=2, launcher_args=["--standalone"],
+        config=tmp_path / "x.yaml")  # fmt: skip
+    single = launch.one_process(plan, ["--preflight", token], "preflight.log")
+    assert single.argv() == [str(bin_dir / "python"), str(plan.script), "--x", "--preflight",
+                             token]  # fmt: skip
+    started = time.monotonic()
+    outcome = launch.run(single)
+    assert outcome.timed_out and outcome.returncode is None
+    assert time.monotonic() - started < 2 + launch.TERM_GRACE_S + 5
+    assert outcome.log == tmp_path / "logs" / "preflight.log"
+    assert not (tmp_path / "logs" / "launch.log").exists() and outcome.rank_logs == []
+    text = outcome.log.read_text()
+    assert text.startswith(f"$ {bin_dir / 'python'} ")
+    assert f"args ['--x', '--preflight', '{token}'] False True" in text
+    assert outcome.killed_orphans >= 1
+    assert _wait_until(lambda: _alive_with(token) == [], 3)
+
+    quick = launch.one_process(_plan(tmp_path, bin_dir, "import sys; sys.exit(125)"), [], "p.log")
+    done = launch.run(quick)
+    assert done.returncode == 125 and done.codes == (125,) and not done.timed_out
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1.0, 0.0])
+def test_a_timeout_that_is_no_timeout_is_refused(
+    tmp_path: Path, bin_dir: Path, timeout: float
+) -> None:
+    with pytest.raises(BadInput, match=r"launch timeout: .* finite number of seconds > 0"):
+        launch.run(_plan(tmp_path, bin_dir, "", timeout=timeout))
+
+
+def test_kill_9_of_the_harness_leaves_nothing(tmp_path: Path, bin_dir: Path) -> None:
+    """The harness dies without clean-up: its ranks get the parent-death signal, and the
+    watchdog kills their children, the escaped ones and the daemons."""
+    token = f"reprobox-test-kill9-{time.time_ns()}"
+    body = textwrap.dedent(DAEMON) + textwrap.dedent(STUBBORN)
+    plan = _plan(tmp_path, bin_dir, body.format(token=token), processes=2)
+    harness = tmp_path / "harness.py"
+    harness.write_text(textwrap.dedent(f"""
+        import pickle, sys
+        from reprobox.run import launcher
+        launcher.run(pickle.loads({pickle.dumps(plan)!r}))
+    """))  # fmt: skip
+    proc = subprocess.Popen([sys.executable, str(harness)])
+    # two ranks, each with a child, an escaped child and a daemon
+    assert _wait_until(lambda: len(_alive_with(token)) >= 6, 30), _alive_with(token)
+    time.sleep(0.5)  # the daemons are old enough to have been tracked, or not: either way
+    proc.kill()
+    proc.wait()
+    assert _wait_until(lambda: _alive_with(token) == [], 5), [
+        p.info["cmdline"] for p in _alive_with(token)
+    ]
+
+
+def test_the_next_launch_sweeps_runs_whose_harness_died(
+    tmp_path: Path, bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Belt and braces behind the watchdog: a run whose harness is dead (and whose watchdog
+    did not finish either) is swept by the next launch, by its run id."""
+    monkeypatch.setenv("REPROBOX_CACHE", str(tmp_path / "cache"))
+    token = f"reprobox-test-stale-{time.time_ns()}"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    runs = launch.runs_dir()
+    runs.mkdir(parents=True)
+    stale = {"run_id": "stale" + token[-8:], "harness": dead.pid, "started": time.time() - 60}
+    (runs / f"{stale['run_id']}.json").write_text(json.dumps(stale))
+    me = psutil.Process()
+    live = {"run_id": "live" + token[-8:], "harness": me.pid, "started": me.create_time()}
+    (runs / f"{live['run_id']}.json").write_text(json.dumps(live))
+    (runs / "torn.json").write_text('{"run_id": ')
+    sleep = [sys.executable, "-c", "import time; time.sleep(300)"]
+    orphans = [
+        subprocess.Popen([*sleep, token], env={**os.environ, launch.RUN_ID_ENV: run["run_id"]})
+        for run in (stale, live)
+    ]
+    try:
+        outcome = launch.run(_plan(tmp_path, bin_dir, "print('hi')"))
+        assert outcome.returncode == 0
+        assert orphans[0].wait(timeout=5) == -signal.SIGKILL  # the dead harness's: killed
+        assert orphans[1].poll() is None  # a live harness's: left alone
+        assert sorted(p.name for p in runs.iterdir()) == [f"{live['run_id']}.json"]
+    finally:
+        for orphan in orphans:
+            orphan.kill()
+            orphan.wait()

@@ -1,0 +1,134 @@
+"""A launch's watchdog: kills what the launch left when the harness itself dies.
+
+A parent-death signal reaches only the processes the harness starts itself; torchrun's
+workers, a rank's children and daemons do not inherit it. So every launch starts this small
+process with a pipe from the harness on its stdin, in its own session (a Ctrl-C in the
+terminal does not reach it). The harness writes what it learns about the launch: its process
+group, the processes it saw in the launch's tree (pid and start time), their sessions and
+groups. "done" ends the watch quietly. When the pipe closes without it (the harness got
+kill -9, the OOM killer, nox's SIGKILL half a second after Ctrl-C), the watchdog kills all of
+that and every process carrying the launch's run id, then removes the run's entry from the
+registry of live runs.
+
+Run as `python -m reprobox.run.watchdog RUN_ID [REGISTRY_FILE]`; it needs only psutil.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+import psutil
+
+RUN_ID_ENV = "REPROBOX_RUN_ID"
+# Start times as two psutil calls see them may differ by a clock tick.
+_SAME_START_S = 0.05
+
+
+@dataclass
+class LaunchProcesses:
+    """What is known of one launch's processes: enough to find every one of them again."""
+
+    run_id: str
+    groups: set[int] = field(default_factory=set)  # process groups (the launch's own first)
+    pids: dict[int, float] = field(default_factory=dict)  # pid -> start time
+    sessions: set[int] = field(default_factory=set)  # sessions its processes created
+
+    def belongs(self, proc: psutil.Process, started: float) -> bool:
+        """Whether `proc` (started at `started`) is one of the launch's processes."""
+        known = self.pids.get(proc.pid)
+        if known is not None and abs(known - started) < _SAME_START_S:
+            return True
+        try:
+            if os.getpgid(proc.pid) in self.groups or os.getsid(proc.pid) in self.sessions:
+                return True
+        except OSError:
+            return False
+        try:
+            return bool(proc.environ().get(RUN_ID_ENV) == self.run_id)
+        except (psutil.Error, OSError):
+            return False
+
+
+def kill(launch: LaunchProcesses, spare: Sequence[int] = ()) -> int:
+    """SIGKILL every process of the launch (never this one or `spare`); how many were killed.
+
+    Passes repeat until one finds nothing: a process that forked while the last pass ran
+    is caught by the next."""
+    spared = {os.getpid(), *spare}
+    killed = 0
+    for _ in range(5):
+        found = 0
+        for proc in psutil.process_iter(["create_time", "status"]):
+            if proc.pid in spared or proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.info["create_time"] is None or not launch.belongs(
+                proc, proc.info["create_time"]
+            ):
+                continue
+            try:
+                proc.kill()
+                found += 1
+            except psutil.Error:
+                continue
+        killed += found
+        if not found:
+            break
+        time.sleep(0.05)
+    return killed
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop
+
+
+def main(argv: Sequence[str]) -> int:
+    """Watch one launch until "done" or until the harness's end of the pipe closes."""
+    if len(argv) not in (2, 3):
+        print("usage: python -m reprobox.run.watchdog RUN_ID [REGISTRY_FILE]", file=sys.stderr)
+        return 2
+    launch = LaunchProcesses(run_id=argv[1])
+    registry = Path(argv[2]) if len(argv) == 3 else None
+    # Ctrl-C and a closed terminal are the harness's to handle; SIGTERM means "now".
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop)
+    done = False
+    try:
+        for line in sys.stdin.buffer:
+            kind, _, rest = line.decode(errors="replace").strip().partition(" ")
+            try:
+                if kind == "done":
+                    done = True
+                    break
+                if kind == "group":
+                    launch.groups.add(int(rest))
+                elif kind == "session":
+                    launch.sessions.add(int(rest))
+                elif kind == "pid":
+                    pid, started = rest.split()
+                    launch.pids[int(pid)] = float(started)
+            except ValueError:
+                continue  # a line torn by the harness's death
+    except _Stop:
+        pass
+    if not done:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # finish the job first
+        kill(launch)
+        if registry is not None:
+            registry.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
