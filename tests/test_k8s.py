@@ -226,8 +226,18 @@ def test_github_matrix_splits_cpu_and_gpu(ppo_root: Path) -> None:
     assert found["gpu"]["include"] == [
         {"repro": "ppo", "variant": "broken", "args": "--variant broken", "gpus": 2},
         {"repro": "ppo", "variant": "fixed", "args": "--variant fixed", "gpus": 2},
-        {"repro": "ppo", "variant": "broken", "args": "--variant broken --with=trl==0.7.1", "gpus": 2},
-        {"repro": "ppo", "variant": "fixed", "args": "--variant fixed --with=trl==0.7.2", "gpus": 2},
+        {
+            "repro": "ppo",
+            "variant": "broken",
+            "args": "--variant broken --with=trl==0.7.1",
+            "gpus": 2,
+        },
+        {
+            "repro": "ppo",
+            "variant": "fixed",
+            "args": "--variant fixed --with=trl==0.7.2",
+            "gpus": 2,
+        },
     ]
     assert found["repros"] == ["ppo"]
     with pytest.raises(BadInput, match="not a reprobox session"):
