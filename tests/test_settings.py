@@ -1,0 +1,53 @@
+"""Process settings are read once, from one mapping, and refused when they would change
+meaning with the working folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reprobox.core.errors import BadInput
+from reprobox.core.settings import Settings, repro_cache
+
+
+def test_settings_come_from_the_mapping_given(tmp_path: Path) -> None:
+    env = {
+        "REPROBOX_ROOT": str(tmp_path),
+        "REPROBOX_RESULTS": str(tmp_path / "r"),
+        "REPROBOX_CACHE": str(tmp_path / "c"),
+        "REPROBOX_FIND_LINKS": "/a /b",
+        "PIP_FIND_LINKS": "/b /c",
+        "REPROBOX_REFRESH_INDEX": "1",
+        "CI": "true",
+    }
+    settings = Settings.from_env(env)
+    assert settings.root == tmp_path.resolve()
+    assert (settings.results, settings.cache) == (tmp_path / "r", tmp_path / "c")
+    assert settings.find_links == ("/a", "/b", "/c")
+    assert settings.refresh_index and settings.ci
+    assert repro_cache(settings, "kl") == tmp_path / "c" / "repro-cache" / "kl"
+
+
+def test_defaults_follow_the_checkout_and_the_cache_home(tmp_path: Path) -> None:
+    settings = Settings.from_env({"REPROBOX_ROOT": str(tmp_path), "XDG_CACHE_HOME": "/xdg"})
+    assert settings.results == tmp_path.resolve() / "results"
+    assert settings.cache == Path("/xdg/reprobox")
+    assert not settings.ci and settings.script_cache is None
+
+
+@pytest.mark.parametrize("name", ["REPROBOX_RESULTS", "REPROBOX_CACHE", "REPRO_CACHE"])
+def test_a_relative_folder_is_refused(name: str) -> None:
+    with pytest.raises(BadInput, match=f"{name}='results' must be an absolute path"):
+        Settings.from_env({name: "results"})
+
+
+def test_the_cli_says_so_in_one_line(toy_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import reprobox
+
+    monkeypatch.setenv("REPROBOX_RESULTS", "results")
+    done = reprobox("table", "toy")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "reprobox: error: REPROBOX_RESULTS='results' must be an absolute path"
+    ]
