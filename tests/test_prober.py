@@ -21,7 +21,7 @@ def _record(verdict: str | None, exit_code: int = 0, reason: str = "") -> Record
     return Record(
         repro="hist", variant="broken", label="broken", expect="unknown",
         status="recorded" if verdict else "error", verdict=verdict, exit_code=exit_code,
-        reason=reason, wall_s=2.0, preflight_s=0.5, dir="/results/run",
+        reason=reason, wall_s=2.0, preflight_s=0.5, dir="results/run",
     )  # fmt: skip
 
 
@@ -43,7 +43,7 @@ def test_a_records_outcome(verdict: str | None, code: int, kind: str) -> None:
     outcome = classify(_record(verdict, code, "why"))
     assert outcome.kind == kind
     assert outcome.wall_s == 2.5  # preflight and launch
-    assert outcome.record == "/results/run"
+    assert outcome.record == "results/run"
     if kind == "error":
         assert outcome.exit_code == code and outcome.reason == "why"
 

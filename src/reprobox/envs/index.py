@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import (
@@ -66,22 +66,22 @@ class SimpleIndex:
         page = self._page(name)
         return releases_from_page(name, page)
 
-    def _page(self, name: str) -> dict:
+    def _page(self, name: str) -> dict[str, Any]:
         cached = self.cache / f"{name}.json"
         fresh = cached.is_file() and time.time() - cached.stat().st_mtime < CACHE_TTL_S
         if fresh and not os.environ.get("REPROBOX_REFRESH_INDEX"):
-            return json.loads(cached.read_text())
+            return _object(json.loads(cached.read_text()))
         request = urllib.request.Request(f"{self.url}/{name}/", headers={"Accept": ACCEPT})
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
-                page = json.load(response)
+                page = _object(json.load(response))
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 raise BadInput(f"no package {name!r} on the index") from None
             raise EnvError(f"index answered {exc.code} for {name!r}") from None
         except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as exc:
             if cached.is_file():
-                return json.loads(cached.read_text())  # stale beats nothing when offline
+                return _object(json.loads(cached.read_text()))  # stale beats nothing offline
             raise EnvError(f"cannot read the release list of {name!r}: {exc}") from None
         self.cache.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_suffix(".tmp")
@@ -90,9 +90,16 @@ class SimpleIndex:
         return page
 
 
-def releases_from_page(name: str, page: dict) -> list[Release]:
+def _object(data: Any) -> dict[str, Any]:
+    """A JSON page must be an object; anything else is a broken index (or cache file)."""
+    if not isinstance(data, dict):
+        raise EnvError(f"the index answered a JSON {type(data).__name__}, not a page")
+    return data
+
+
+def releases_from_page(name: str, page: dict[str, Any]) -> list[Release]:
     """Group a PEP 691 page's files by version; a release is yanked when all its files are."""
-    files: dict[Version, list[dict]] = {}
+    files: dict[Version, list[dict[str, Any]]] = {}
     for entry in page.get("files", []):
         version = _file_version(entry.get("filename", ""))
         if version is not None:
