@@ -249,11 +249,36 @@ def _wait_for_rank0_result(limit_s: float = 90.0) -> None:
         time.sleep(0.5)
 
 
+def _meet_after_failure(limit_s: float = 120.0) -> bool:
+    """After a failure, wait (bounded) for every rank to reach its end too, so that all exit
+    together: `accelerate launch` stops the peers of the first rank that exits nonzero with
+    SIGTERM, which reads as a crash, not as this rank's verdict. The failure may come before
+    the process group exists (DeepSpeed builds its op first), so a gloo group is made here with
+    the bound as its timeout. False when a peer is dead or stuck and the bound passed."""
+    if world_size() < 2:
+        return True
+    try:
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        bound = timedelta(seconds=limit_s)
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", timeout=bound)  # env:// from the launcher
+        group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+        dist.monitored_barrier(group=group, timeout=bound, wait_all_ranks=True)
+        return True
+    except Exception as exc:
+        log(f"ranks did not all meet after the failure: {exc!r}")
+        return False
+
+
 def finish(verdict: str, result: dict, barrier: bool = True) -> None:
     """Rank 0 writes the result; all ranks meet; every rank exits with the verdict's code.
 
-    barrier=False is for failures, where a peer may be dead or stuck in a collective: rank 0
-    writes and exits, the other ranks wait (bounded) for its file instead of a collective.
+    barrier=False is for failures, where a peer may be dead or stuck in a collective: the
+    ranks meet with a bounded barrier instead (_meet_after_failure); where that fails, rank 0
+    exits and the other ranks wait (bounded) for its file.
     """
     result["verdict"] = verdict
     result["wall_time_s"] = round(time.time() - T_START, 2)
@@ -269,7 +294,7 @@ def finish(verdict: str, result: dict, barrier: bool = True) -> None:
                 dist.destroy_process_group()
         except Exception as exc:  # a peer already died: still exit with our own code
             log(f"barrier failed: {exc!r}")
-    elif rank() != 0:
+    elif not _meet_after_failure() and rank() != 0:
         _wait_for_rank0_result()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -319,11 +344,13 @@ def raised_in(exc: BaseException, *places: str) -> bool:
 
 
 def chain(exc: BaseException) -> list[BaseException]:
-    """The exception and everything it was raised from or while handling (no cycles)."""
+    """The exception and what it was explicitly raised from (`raise ... from`), no cycles. Not
+    the implicit context: an error raised while handling a missing module (say, in the code
+    that falls back without it) is not caused by the missing module."""
     seen: list[BaseException] = []
     while exc is not None and all(exc is not s for s in seen):
         seen.append(exc)
-        exc = exc.__cause__ or exc.__context__
+        exc = exc.__cause__
     return seen
 
 
