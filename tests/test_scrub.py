@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from test_report import fake_repro, save_record
 
-from reprobox.core.records import results_dir
 from reprobox.report import build as report
 from reprobox.report.scrub import REDACTED, Scrubber, looks_secret
 
@@ -39,6 +38,11 @@ def test_secret_names(name: str) -> None:
 )  # fmt: skip
 def test_harmless_names(name: str) -> None:
     assert not looks_secret(name)
+
+
+def results_dir(root: Path) -> Path:
+    """The results folder of a scratch checkout (conftest points REPROBOX_RESULTS there)."""
+    return root / "results"
 
 
 def test_scrubber_shapes_and_paths() -> None:
@@ -127,3 +131,61 @@ def test_no_planted_secret_survives_a_report(
     # the records on disk are the harness's, untouched by scrubbing
     assert FLAG_SECRET in (Path(broken.dir) / "record.json").read_text()
     assert results_dir(scratch_root).is_dir()
+
+
+PYPI = "pypi-AgEIcHlwaS5vcmcCJDAwMDAwMDAwLTAwMDAtMDAwMC0wMDAwLTAwMDAwMDAwMDAwMAACKlsz"
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
+    ".eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIn0"
+    ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
+SLACK = "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX"
+AZURE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+SAS_SIG = "lU8fWCcMrkdO5wJf%2FqT3Z0Yy8%2BpzIqoG0xJ5oYkQ0Hs%3D"
+
+
+@pytest.mark.parametrize(
+    ("planted", "secret", "kept"),
+    [
+        (f"twine upload -p {PYPI} dist/*", PYPI, "twine upload"),
+        (f"TWINE_PASSWORD: {PYPI}", PYPI, "TWINE_PASSWORD"),
+        (f"got token {JWT} from the server", JWT, "from the server"),
+        (f"posting to {SLACK} failed", "XXXXXXXXXXXXXXXXXXXXXXXX", "failed"),
+        (f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={AZURE_KEY};"
+         "EndpointSuffix=core.windows.net", AZURE_KEY[:40], "AccountName=acct"),
+        (f"https://acct.blob.core.windows.net/c/f?sv=2022-11-02&sp=r&sig={SAS_SIG}",
+         SAS_SIG, "sv=2022-11-02"),
+        ("machine pypi.example.invalid login alice password hunter", "hunter", "machine"),
+        ("machine h.invalid\n  login alice\n  password correcthorse\n", "correcthorse", "alice"),
+        ("default login bob password s3cr3tpw", "s3cr3tpw", "default"),
+        ("curl -fsSL -u alice:Tr0ub4dor https://x.invalid/f", "Tr0ub4dor", "alice:"),
+        ("curl --user=alice:plainpass https://x.invalid/f", "plainpass", "--user=alice:"),
+        ("sshpass -p hunter2 ssh host.invalid", "hunter2", "ssh host.invalid"),
+        ("sshpass -e -pSeCrEt ssh host.invalid", "SeCrEt", "ssh host.invalid"),
+        ('{"user": "alice", "password": "correct horse battery staple"}',
+         "correct horse battery staple", '"user": "alice"'),
+        ("{'db_password': 'two words'}", "two words", "db_password"),
+        ('{"api_key": "abc def 123456"}', "abc def 123456", "api_key"),
+    ],
+)  # fmt: skip
+def test_more_secret_shapes_are_scrubbed(planted: str, secret: str, kept: str) -> None:
+    text = Scrubber({}, home="/home/nobody").text(planted)
+    assert secret not in text, text
+    assert REDACTED in text and kept in text, text
+
+
+@pytest.mark.parametrize(
+    "harmless",
+    [
+        '{"pad_token": "<|endoftext|>", "eos_token": "</s>"}',
+        "podman run -u 10001:10001 image",
+        "python -u script.py --user alice",
+        "the login failed",
+        "pypi-simple is a package name",
+        "docs at https://hooks.example.invalid/services/x",
+    ],
+)
+def test_what_only_looks_like_the_new_shapes_stays(harmless: str) -> None:
+    assert Scrubber({}, home="/home/nobody").text(harmless) == harmless

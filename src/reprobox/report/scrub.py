@@ -34,6 +34,9 @@ _TOKEN_SHAPES = [
     r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])",  # AWS access key ids
     r"xox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
     r"AIza[0-9A-Za-z_-]{35}\b",  # Google API keys
+    r"pypi-AgE[A-Za-z0-9_-]{16,}",  # PyPI and TestPyPI upload tokens (macaroons)
+    r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",  # JWTs: {"alg"..}.{..}.sig
+    r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+",  # webhooks
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----",
 ]
 # No \b before a prefix: `_` is a word character, and `kl_rank0_hf_...` must match too.
@@ -43,6 +46,24 @@ _BEARER = re.compile(
     r"\b(Bearer\s+|Authorization:\s*(?:[A-Za-z]+\s+)?)[A-Za-z0-9._~+/=-]{8,}", re.I
 )
 _URL_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@'\"]+@")
+# Azure connection strings (AccountKey=...;) and SAS signatures (...&sig=...).
+_AZURE = re.compile(
+    r"\b((?:AccountKey|SharedAccessKey|SharedAccessSignature)=|[?&]sig=)[^;&\s'\"]+", re.I
+)
+# Credentials that command lines and files give after a space, not an `=`: netrc
+# (`machine h login u password X`), `curl -u user:pass` (not `-u uid:gid`), `sshpass -p X`.
+_NETRC = re.compile(r"\b((?:login|machine|default)\s+\S+\s+(?:\S+\s+\S+\s+)??password\s+)\S+")
+_USER_PASS = re.compile(
+    r"(?<!\S)((?:-u|--user|--proxy-user|-U)(?:\s+|=)['\"]?[^\s:'\"]+:)(?!\d+\b)[^\s'\"]+"
+)
+_SSHPASS = re.compile(r"\b(sshpass\s+(?:-[A-Za-oq-z]\S*\s+)*-p\s*)\S+")
+# "name": "a value with spaces" (JSON, YAML, Python reprs), which _ASSIGN stops short of.
+_QUOTED = re.compile(
+    r"(?P<q>[\"'])(?P<name>[A-Za-z_][\w.-]*)(?P=q)(?P<sep>\s*:\s*)"
+    r"(?P<vq>[\"'])(?P<value>(?:\\.|(?!(?P=vq)).)+)(?P=vq)"
+)
+# Names whose every value is a secret (a password may be a plain word or several).
+_ALWAYS_SECRET = re.compile(r"PASSW(?:OR)?D|PASSPHRASE|SECRET|CREDENTIAL", re.IGNORECASE)
 # NAME=value, --name=value, "name": "value", name: value; and `--name value` on a command line.
 _ASSIGN = re.compile(
     r"(?P<name>[A-Za-z_][\w.-]*)(?P<sep>[\"']?\s*[=:]\s*[\"']?)(?P<value>[^\s'\",;&()\[\]{}]+)"
@@ -53,10 +74,12 @@ _HOME_DIRS = re.compile(r"(?<![\w./-])(?:/home/[^/\s'\"]+|/Users/[^/\s'\"]+|/roo
 
 
 def looks_secret(name: str) -> bool:
-    """Whether an environment variable or flag name suggests a credential."""
+    """Whether an environment variable or flag name suggests a credential (`AccountKey` and
+    `apiKey` too: camelCase words count as parts)."""
     if _STRONG_NAME.search(name):
         return True
-    return any(part in _WEAK_PARTS for part in re.split(r"[^A-Za-z0-9]+", name.upper()))
+    parts = re.split(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])", name)
+    return any(part.upper() in _WEAK_PARTS for part in parts)
 
 
 def _worth_hiding(value: str) -> bool:
@@ -67,6 +90,16 @@ def _worth_hiding(value: str) -> bool:
     if _CODE_LIKE.match(value):
         return False
     return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+
+
+def _hide_quoted(match: re.Match[str]) -> str:
+    name, value = match["name"], match["value"]
+    if not looks_secret(name) or value.lower() in _HARMLESS or value == REDACTED:
+        return match.group(0)
+    if _ALWAYS_SECRET.search(name) or _worth_hiding(value):
+        quote = match["vq"]
+        return f"{match['q']}{name}{match['q']}{match['sep']}{quote}{REDACTED}{quote}"
+    return match.group(0)
 
 
 def _hide_assignment(match: re.Match[str]) -> str:
@@ -99,6 +132,9 @@ class Scrubber:
         text = _TOKENS.sub(REDACTED, text)
         text = _BEARER.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
         text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+        for shape in (_AZURE, _NETRC, _USER_PASS, _SSHPASS):
+            text = shape.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+        text = _QUOTED.sub(_hide_quoted, text)
         text = _ASSIGN.sub(_hide_assignment, text)
         text = _FLAG_VALUE.sub(_hide_assignment, text)
         if self._home and self._home not in ("/", "/root"):
@@ -131,8 +167,3 @@ class Scrubber:
                 return self.argv(list(value))  # maybe a command line: `--token VALUE` pairs
             return [self.data(v) for v in value]
         return value
-
-
-def scrub(text: str) -> str:
-    """Scrub `text` against the current environment (a convenience for one-off strings)."""
-    return Scrubber().text(text)
