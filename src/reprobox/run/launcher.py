@@ -14,9 +14,10 @@ nox has no timeouts, so this module owns them, and it makes sure nothing outlive
   (orphans of its tree stay below it) and so is the harness during a launch;
 - at the end everything tracked, grouped or carrying the run id is killed, however the
   launch ended;
-- if the harness itself dies (kill -9), the processes it started get a parent-death
-  signal, and a watchdog process (`reprobox.run.watchdog`) that holds a pipe from the
-  harness kills the rest when the pipe closes;
+- if the harness itself dies (kill -9), a watchdog process (`reprobox.run.watchdog`) that
+  holds a pipe from the harness kills all of it when the pipe closes; the processes the
+  harness started are stopped by a parent-death signal first, so their orphans stay below
+  them until the watchdog has walked the tree (killed, if no watchdog could be started);
 - live runs are registered under the cache folder with the harness's pid; a launch first
   kills the processes of runs whose harness is dead (the watchdog's backstop).
 """
@@ -165,7 +166,7 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
         sink.flush()
         guard = _Guard(run_id)
         try:
-            procs = _start(plan, env, sink)
+            procs = _start(plan, env, sink, watched=guard.watched)
             guard.watch(procs)
             timed_out = _wait(procs, started + plan.timeout, log, echo, guard)
             finished = True
@@ -207,24 +208,28 @@ def _subreaper() -> int:
     return flag.value
 
 
-def _child_setup(parent: int) -> Callable[[], None]:
-    """Run in each launched process before its program: it dies with the harness, and the
-    orphans of its tree are re-parented to it rather than to init (so they stay in the tree
-    that is tracked)."""
-    kill = int(signal.SIGKILL)
+def _child_setup(parent: int, watched: bool) -> Callable[[], None]:
+    """Run in each launched process before its program: the orphans of its tree are
+    re-parented to it rather than to init (so they stay in the tree), and it gets a signal
+    when the harness dies. With a watchdog that signal is SIGSTOP: a stopped rank still holds
+    its orphans (a daemon that left its group, session and environment) when the watchdog
+    walks the tree and kills it all. Without one it is SIGKILL."""
+    death = int(signal.SIGSTOP if watched else signal.SIGKILL)
 
     def setup() -> None:
-        _prctl(_PR_SET_PDEATHSIG, kill)
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        _prctl(_PR_SET_PDEATHSIG, death)
         if os.getppid() != parent:  # the harness died before the parent-death signal was set
-            os._exit(128 + kill)
+            os._exit(128 + int(signal.SIGKILL))
 
     return setup
 
 
-def _start(plan: LaunchPlan, env: dict[str, str], sink: BinaryIO) -> list[subprocess.Popen[bytes]]:
+def _start(
+    plan: LaunchPlan, env: dict[str, str], sink: BinaryIO, watched: bool
+) -> list[subprocess.Popen[bytes]]:
     argv = plan.argv()
-    setup = _child_setup(os.getpid())
+    setup = _child_setup(os.getpid(), watched)
     try:
         if plan.launcher != "python" or plan.processes == 1:
             proc = subprocess.Popen(
@@ -359,6 +364,11 @@ class _Guard:
             self._watchdog = None  # the harness's own clean-up still runs
         self._was_subreaper = _subreaper()
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+    @property
+    def watched(self) -> bool:
+        """Whether a watchdog guards the launch (it started and is still there)."""
+        return self._watchdog is not None and self._watchdog.poll() is None
 
     def watch(self, procs: list[subprocess.Popen[bytes]]) -> None:
         """The launch has started: tell the watchdog its group and processes."""

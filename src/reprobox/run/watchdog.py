@@ -1,14 +1,14 @@
 """A launch's watchdog: kills what the launch left when the harness itself dies.
 
-A parent-death signal reaches only the processes the harness starts itself; torchrun's
-workers, a rank's children and daemons do not inherit it. So every launch starts this small
-process with a pipe from the harness on its stdin, in its own session (a Ctrl-C in the
-terminal does not reach it). The harness writes what it learns about the launch: its process
-group, the processes it saw in the launch's tree (pid and start time), their sessions and
-groups. "done" ends the watch quietly. When the pipe closes without it (the harness got
-kill -9, the OOM killer, nox's SIGKILL half a second after Ctrl-C), the watchdog kills all of
-that and every process carrying the launch's run id, then removes the run's entry from the
-registry of live runs.
+A parent-death signal reaches only the processes the harness starts itself (it stops them:
+see `kill`); torchrun's workers, a rank's children and daemons do not inherit it. So every
+launch starts this small process with a pipe from the harness on its stdin, in its own
+session (a Ctrl-C in the terminal does not reach it). The harness writes what it learns about
+the launch: its process group, the processes it saw in the launch's tree (pid and start
+time), their sessions and groups. "done" ends the watch quietly. When the pipe closes without
+it (the harness got kill -9, the OOM killer, nox's SIGKILL half a second after Ctrl-C), the
+watchdog kills all of that, every process carrying the launch's run id, and all their
+descendants, then removes the run's entry from the registry of live runs.
 
 Run as `python -m reprobox.run.watchdog RUN_ID [REGISTRY_FILE]`; it needs only psutil.
 """
@@ -57,21 +57,34 @@ class LaunchProcesses:
 
 
 def kill(launch: LaunchProcesses, spare: Sequence[int] = ()) -> int:
-    """SIGKILL every process of the launch (never this one or `spare`); how many were killed.
+    """SIGKILL every process of the launch and all their descendants (never this process
+    or `spare`); how many were killed.
 
-    Passes repeat until one finds nothing: a process that forked while the last pass ran
-    is caught by the next."""
+    Descendants count because a daemon that left the group and the session and cleared its
+    environment is still the child of a rank: every launched process is a child subreaper,
+    and when the harness dies its ranks are stopped, not killed, so they still hold their
+    orphans when the watchdog looks. Passes repeat until one finds nothing: a process that
+    forked while the last pass ran is caught by the next."""
     spared = {os.getpid(), *spare}
     killed = 0
     for _ in range(5):
-        found = 0
-        for proc in psutil.process_iter(["create_time", "status"]):
+        children: dict[int, list[psutil.Process]] = {}
+        doomed: dict[int, psutil.Process] = {}
+        for proc in psutil.process_iter(["ppid", "create_time", "status"]):
             if proc.pid in spared or proc.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
-            if proc.info["create_time"] is None or not launch.belongs(
-                proc, proc.info["create_time"]
-            ):
-                continue
+            children.setdefault(proc.info["ppid"], []).append(proc)
+            started = proc.info["create_time"]
+            if started is not None and launch.belongs(proc, started):
+                doomed[proc.pid] = proc
+        stack = list(doomed)
+        while stack:
+            for child in children.get(stack.pop(), []):
+                if child.pid not in doomed:
+                    doomed[child.pid] = child
+                    stack.append(child.pid)
+        found = 0
+        for proc in doomed.values():
             try:
                 proc.kill()
                 found += 1
