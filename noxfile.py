@@ -21,6 +21,7 @@ from reprobox.scaleout import noxview as sessions
 
 ROOT = Path(__file__).parent
 HARNESS = [sys.executable, "-m", "reprobox"]  # the interpreter running nox has the harness
+AXES = sessions.index_axes()  # matrix range axes, resolved against the index of the settings
 
 nox.needs_version = ">=2026.10.20"
 nox.options.default_venv_backend = "uv"
@@ -34,7 +35,7 @@ def _harness(session: nox.Session, command: str, *args: str) -> None:
 
 
 def _register_repro(name: str) -> None:
-    names, cells, warning = sessions.session_cells(ROOT, name)
+    names, cells, warning = sessions.session_cells(ROOT, name, AXES)
 
     def run_cell(session: nox.Session, **call_spec: str | None) -> None:
         if warning:

@@ -15,6 +15,7 @@ from reprobox.bisect.prober import Outcome, Probes, Target
 from reprobox.core import spec
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
+from reprobox.core.settings import Settings
 from reprobox.envs.index import Release
 from reprobox.run import pipeline
 
@@ -117,4 +118,5 @@ def hist_target(root: Path, toml: str = HIST_TOML, name: str = "hist") -> Target
     (directory / "script.py").write_text("print('hi')\n")
     (directory / "repro.toml").write_text(toml)
     repro = spec.load(root, name)
-    return Target(root, repro, "broken", pipeline.RunOptions(platform="cpu"), root / "results")
+    settings = Settings.from_env({"REPROBOX_ROOT": str(root)})
+    return Target(repro, "broken", pipeline.RunOptions(platform="cpu"), settings)

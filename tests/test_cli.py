@@ -21,6 +21,7 @@ from reprobox.cli import main as cli
 from reprobox.core import spec
 from reprobox.core.errors import BadInput, ExitCode
 from reprobox.core.records import Record
+from reprobox.core.settings import Settings
 from reprobox.envs import locks
 from reprobox.run import regenerate as regen
 from reprobox.run.dockerfile import dockerfile_path
@@ -326,7 +327,7 @@ def test_regenerate_checks_then_writes_only_what_is_out_of_date(
     current = stale.read_text()
     stale.write_text(f"{locks.LOCK_HEADER}0000000000000000\n")  # from another repro.toml
 
-    problems = regen.regenerate(toy_root, ["toy"], check=True)
+    problems = regen.regenerate(Settings.from_env(), ["toy"], check=True)
     assert problems == [
         f"{stale.relative_to(toy_root)} is stale",
         f"{dockerfile.relative_to(toy_root)} is missing",
@@ -334,19 +335,23 @@ def test_regenerate_checks_then_writes_only_what_is_out_of_date(
     assert not dockerfile.exists()  # a check writes nothing
 
     compiled: list[Path] = []
-    monkeypatch.setattr(locks, "compile_lock", lambda request, path: compiled.append(path))
+    monkeypatch.setattr(
+        locks, "compile_lock", lambda request, path, settings: compiled.append(path)
+    )
     heard: list[Path] = []
-    assert regen.regenerate(toy_root, ["toy"], check=False, on_written=heard.append) == []
+    assert (
+        regen.regenerate(Settings.from_env(), ["toy"], check=False, on_written=heard.append) == []
+    )
     assert compiled == [stale]  # only the stale lock is resolved again
     assert heard == [stale, dockerfile] and dockerfile.is_file()
     stale.write_text(current)  # as the resolver would have written it
-    assert regen.regenerate(toy_root, ["toy"], check=True) == []
+    assert regen.regenerate(Settings.from_env(), ["toy"], check=True) == []
 
 
 def test_regenerate_loads_every_repro_before_writing(toy_root: Path) -> None:
     _write_current_locks(toy_root)
     with pytest.raises(BadInput, match="unknown repro 'nope'"):
-        regen.regenerate(toy_root, ["toy", "nope"], check=False)
+        regen.regenerate(Settings.from_env(), ["toy", "nope"], check=False)
     assert not dockerfile_path(toy_root, spec.load(toy_root, "toy")).exists()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from reprobox.core.settings import Settings
 from reprobox.envs import locks, uv, venvs
 
 
@@ -40,13 +41,17 @@ def test_uv_errors_become_one_line() -> None:
 def test_concurrent_creators_share_one_environment(tmp_path: Path) -> None:
     """Two processes (two bisects, say) ask for the same environment at once."""
     cache = tmp_path / "cache"
-    lock = locks.compile_lock(locks.LockRequest(("six==1.16.0",), "3.11"), tmp_path / "six.txt")
+    settings = Settings.from_env()
+    lock = locks.compile_lock(
+        locks.LockRequest(("six==1.16.0",), "3.11"), tmp_path / "six.txt", settings
+    )
     script = textwrap.dedent(f"""
         import os, sys
         os.environ["REPROBOX_CACHE"] = {str(cache)!r}
         from pathlib import Path
+        from reprobox.core.settings import Settings
         from reprobox.envs import venvs
-        env = venvs.ensure_env(Path({str(lock)!r}), "3.11")
+        env = venvs.ensure_env(Path({str(lock)!r}), "3.11", settings=Settings.from_env())
         print(env.path, env.created)
     """)
     procs = [

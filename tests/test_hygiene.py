@@ -5,13 +5,14 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from reprobox.core.settings import Settings
 from reprobox.envs.torch_source import find_links
 
 
 def test_no_path_of_this_machine_is_committed(root: Path) -> None:
     tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True,
                              check=True).stdout.split()  # fmt: skip
-    needles = [*find_links(), str(Path.home()) + "/", str(root) + "/"]
+    needles = [*find_links(Settings.from_env()), str(Path.home()) + "/", str(root) + "/"]
     planted = {"tests/test_scrub.py"}  # plants home paths on purpose, to see them scrubbed
     for name in tracked:
         if name in planted:

@@ -17,6 +17,11 @@ from conftest import reprobox
 from reprobox.core import spec
 from reprobox.core.errors import EngineError, EnvError, ExitCode
 from reprobox.run.backends import container as images
+from reprobox.run.pipeline import lock_path
+
+
+def _lock(repro: spec.Repro, variant: str, platform: str) -> Path:
+    return lock_path(repro, variant, platform)
 
 
 def _dockerfiles(root: Path) -> list[Path]:
@@ -87,16 +92,18 @@ def test_an_engine_that_does_not_answer(tmp_path: Path, monkeypatch: pytest.Monk
 def test_a_missing_base_image(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bin_dir = _fake_engine(tmp_path, "podman", "exit 1")  # nothing exists
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    image = images.image_spec(root, spec.load(root, "lm_head"), "broken", "cpu")
+    repro = spec.load(root, "lm_head")
+    image = images.image_spec(root, repro, "broken", "cpu", _lock(repro, "broken", "cpu"))
     with pytest.raises(EnvError, match="base image localhost/nope:1 not found"):
         images.build(images.Engine("podman"), image, base="localhost/nope:1", log_dir=tmp_path)
 
 
 def test_image_tags_follow_the_lock(root: Path) -> None:
     repro = spec.load(root, "lm_head")
-    broken = images.image_spec(root, repro, "broken", "cpu")
+    broken = images.image_spec(root, repro, "broken", "cpu", _lock(repro, "broken", "cpu"))
     assert broken.tag.startswith("localhost/reprobox/lm_head:broken-cpu-")
     assert broken.lock.name == "broken.cpu.txt"
-    assert images.image_spec(root, repro, "broken", "cpu").tag == broken.tag  # stable
-    gpu = images.image_spec(root, repro, "broken", "gpu")
+    again = images.image_spec(root, repro, "broken", "cpu", _lock(repro, "broken", "cpu"))
+    assert again.tag == broken.tag  # stable
+    gpu = images.image_spec(root, repro, "broken", "gpu", _lock(repro, "broken", "gpu"))
     assert gpu.tag != broken.tag and gpu.lock.name == "broken.gpu.txt"

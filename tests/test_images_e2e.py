@@ -19,6 +19,7 @@ from conftest import ROOT, newest_records, reprobox
 from reprobox.core import spec
 from reprobox.core.errors import EnvError, ExitCode
 from reprobox.run.backends import container as images
+from reprobox.run.pipeline import lock_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.container]
 BASE = os.environ.get("REPROBOX_BASE_IMAGE", "localhost/reprobox-base:bookworm-py3.11")
@@ -35,6 +36,10 @@ def engine() -> images.Engine:
     if BASE.startswith("localhost/") and not found.image_exists(BASE):
         subprocess.run(["bash", str(ROOT / "images" / "base" / "build-base.sh"), BASE], check=True)
     return found
+
+
+def _lock(repro: spec.Repro, variant: str, platform: str) -> Path:
+    return lock_path(repro, variant, platform)
 
 
 def _image_args() -> list[str]:
@@ -103,7 +108,7 @@ def test_a_lock_that_does_not_match_its_hash_never_builds(
     engine: images.Engine, tmp_path: Path
 ) -> None:
     repro = spec.load(ROOT, "lm_head")
-    real = images.image_spec(ROOT, repro, "untied", "cpu")
+    real = images.image_spec(ROOT, repro, "untied", "cpu", _lock(repro, "untied", "cpu"))
     tampered = _Tampered(real.repro, real.variant, real.platform, real.lock, real.dockerfile,
                          real.tag + "-tampered")  # fmt: skip
     ca = os.environ.get("SSL_CERT_FILE")

@@ -280,6 +280,10 @@ def test_ci_matrix_command(ppo_root: Path, tmp_path: Path, capsys: pytest.Captur
 
 
 class _FakeIndex:
+    @classmethod
+    def from_settings(cls, settings: object) -> _FakeIndex:
+        return cls()
+
     def releases(self, package: str) -> list[Release]:
         return [
             Release(Version("0.7.1")),

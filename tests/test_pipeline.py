@@ -16,6 +16,7 @@ from reprobox.core.errors import EnvError, ExitCode
 from reprobox.core.judge import Launched
 from reprobox.core.protocol import RankExit
 from reprobox.core.records import Record, RecordStore
+from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
 from reprobox.run import pipeline
 from reprobox.run.backend import LaunchRequest, Prepared
@@ -79,7 +80,8 @@ def store(tmp_path: Path) -> RecordStore:
 def _run(toy: Repro, store: RecordStore, backend: FakeBackend, *variants: str) -> list[Record]:
     cells = [make_cell(toy, v) for v in variants]
     lock = Path(__file__)  # any file: the fake back end never reads it
-    return pipeline.run_cells(toy, cells, backend, store, pipeline.RunOptions(lock=lock))
+    settings = Settings.from_env({"REPROBOX_RESULTS": str(store.base)})
+    return pipeline.run_cells(toy, cells, backend, store, settings, pipeline.RunOptions(lock=lock))
 
 
 def test_every_cell_gets_a_saved_judged_record(toy: Repro, store: RecordStore) -> None:

@@ -14,6 +14,7 @@ from wheel_index import WheelIndex
 
 from conftest import newest_records, reprobox
 from reprobox.core.errors import BadInput, ExitCode
+from reprobox.core.settings import UV_SETTINGS, Settings
 from reprobox.envs import locks, torch_source, venvs
 from reprobox.envs.torch_source import TorchSource
 
@@ -22,7 +23,7 @@ SOURCE_SETTINGS = (
     "REPROBOX_FIND_LINKS",
     "REPROBOX_TORCH_INDEX",
     "REPROBOX_TORCH_SOURCE",
-    *torch_source.UV_SETTINGS,
+    *UV_SETTINGS,
 )
 
 
@@ -30,7 +31,7 @@ SOURCE_SETTINGS = (
 def local_wheels() -> tuple[str, ...]:
     """This machine's wheel folders (pip's find-links), where the CPU torch wheel lies.
     The CI-path tests need the CPU torch wheel to serve: without it they fail, not skip."""
-    folders = torch_source.find_links()
+    folders = torch_source.find_links(Settings.from_env())
     if not any(Path(f).glob("torch-*+cpu-*.whl") for f in folders):
         pytest.fail("no CPU torch wheel in pip's find-links folders to serve as an index")
     return folders
@@ -47,10 +48,8 @@ def no_torch_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     monkeypatch.setenv("UV_CACHE_DIR", str(uv_cache))
     monkeypatch.setenv("REPROBOX_CACHE", str(tmp_path / "reprobox-cache"))
     torch_source.pip_config.cache_clear()
-    torch_source.find_links.cache_clear()
     yield uv_cache
     torch_source.pip_config.cache_clear()
-    torch_source.find_links.cache_clear()
 
 
 def test_describe_names_each_source_without_local_paths() -> None:
@@ -82,17 +81,21 @@ def test_uv_args_take_only_torch_from_the_index() -> None:
 
 
 def test_settings_read_the_source(no_torch_source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert torch_source.current() == TorchSource()
+    assert _source() == TorchSource()
     monkeypatch.setenv("REPROBOX_TORCH_INDEX", "https://download.pytorch.org/whl/cpu")
     monkeypatch.setenv("UV_EXTRA_INDEX_URL", "https://mirror.test/simple")
-    assert torch_source.describe() == (
+    assert _source().describe() == (
         "index https://download.pytorch.org/whl/cpu; UV_EXTRA_INDEX_URL https://mirror.test/simple"
     )
     monkeypatch.setenv("REPROBOX_TORCH_SOURCE", "pypi")
-    assert torch_source.current().flavour == "pypi"
+    assert _source().flavour == "pypi"
     monkeypatch.setenv("REPROBOX_TORCH_SOURCE", "cuda")
     with pytest.raises(BadInput, match="REPROBOX_TORCH_SOURCE='cuda': expected one of cpu, pypi"):
-        torch_source.current()
+        _source()
+
+
+def _source() -> TorchSource:
+    return torch_source.from_settings(Settings.from_env())
 
 
 def test_pypi_flavour_is_its_own_lock_and_never_a_gpu_one() -> None:
@@ -113,13 +116,15 @@ def test_pinned_torch_and_the_install_sources() -> None:
     assert str(torch_source.pinned_torch(gpu_lock)) == "2.13.0"
     assert torch_source.pinned_torch("# torch==1\nnumpy==1.26.4\n") is None
     # The default index's build must not be shadowed by a same-numbered local CPU build.
-    assert venvs.torch_args(gpu_lock) == [] and venvs.torch_args("six==1.16.0\n") == []
+    settings = Settings.from_env()
+    assert venvs.torch_args(gpu_lock, settings) == []
+    assert venvs.torch_args("six==1.16.0\n", settings) == []
 
 
 @pytest.mark.e2e
 def test_pypi_flavour_resolves_the_default_index_build(tmp_path: Path) -> None:
     request = locks.LockRequest(("torch==2.13.0",), "3.11", torch_source="pypi")
-    text = locks.compile_lock(request, tmp_path / "pypi.txt").read_text()
+    text = locks.compile_lock(request, tmp_path / "pypi.txt", Settings.from_env()).read_text()
     assert str(torch_source.pinned_torch(text)) == "2.13.0"  # no +cpu: PyPI's own build
     assert "torch from the default index (REPROBOX_TORCH_SOURCE=pypi)" in text.splitlines()[1]
 
@@ -153,7 +158,7 @@ def test_install_without_the_pinned_build_says_how_to_add_one(
     """)
     )
     with pytest.raises(BadInput) as caught:
-        venvs.ensure_env(lock, "3.11")
+        venvs.ensure_env(lock, "3.11", settings=Settings.from_env())
     message = str(caught.value)
     assert f"cannot install: no such version: torch=={version}" in message
     assert "tried: default index only" in message and "REPROBOX_TORCH_INDEX=" in message
@@ -194,5 +199,5 @@ def test_ci_path_torch_from_an_http_index(
 
 def test_uv_settings_are_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("UV_FIND_LINKS", "/somewhere/wheels")
-    assert ("UV_FIND_LINKS", "/somewhere/wheels") in torch_source.current().uv_settings
-    assert "UV_FIND_LINKS local" in torch_source.describe()
+    assert ("UV_FIND_LINKS", "/somewhere/wheels") in _source().uv_settings
+    assert "UV_FIND_LINKS local" in _source().describe()

@@ -74,3 +74,25 @@ def test_bad_results_are_errors_not_verdicts(tmp_path: Path, text: str, message:
 def test_missing_result(tmp_path: Path) -> None:
     with pytest.raises(LaunchError, match="no result written"):
         read_result(tmp_path / "nothing.json")
+
+
+def test_exit_statuses_must_agree_with_the_result() -> None:
+    from reprobox.core.judge import exit_problem
+    from reprobox.core.protocol import RankExit
+
+    clean, reproduced = [Verdict.CLEAN], [Verdict.REPRODUCED]
+    assert exit_problem([RankExit(rank=0, code=0), RankExit(rank=1, code=0)], clean) is None
+    segv = exit_problem([RankExit(rank=0, code=0), RankExit(rank=1, code=-11)], clean)
+    assert segv == "rank 1 was killed by SIGSEGV"
+    own = exit_problem([RankExit(rank=0, code=-15), RankExit(rank=1, code=3)], clean)
+    assert own is not None and own.startswith("rank 1 exited 3")  # the cause, not the kill
+    # torchrun exits 1 for any failed worker; its failures block lists the workers
+    torchrun = [RankExit(rank=None, code=1), RankExit(rank=0, code=1)]
+    assert exit_problem(torchrun, reproduced) is None
+    assert exit_problem([RankExit(rank=None, code=1)], clean) is not None
+    # a peer the launcher stopped after rank 0 exited with the verdict's code
+    stopped = [*torchrun, RankExit(rank=1, code=-15)]
+    assert exit_problem(stopped, reproduced, launcher_stops_peers=True) is None
+    assert exit_problem(stopped, reproduced, launcher_stops_peers=False) is not None
+    # a batch exits with the code of all its cases together
+    assert exit_problem([RankExit(rank=0, code=1)], [Verdict.CLEAN, Verdict.REPRODUCED]) is None

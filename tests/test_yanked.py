@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from bisect_fakes import R, hist_target, transformers_history, transformers_index
 from packaging.version import Version
 
 from reprobox.bisect.releases import release_bisect, release_range
-from reprobox.envs import index as index_module
-from reprobox.envs.index import Release, range_selection, select, select_explained
+from reprobox.envs.index import IndexAxes, Release, select, select_explained
 
 
 def test_a_yanked_release_is_a_candidate_and_the_answer_says_it_is_yanked(
@@ -79,9 +77,13 @@ def test_a_range_axis_lists_what_it_left_out_and_why() -> None:
     assert everything.left_out == [] and len(everything.kept) == 5
 
 
-def test_range_selection_reads_the_default_index(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(index_module.SimpleIndex, "releases", lambda self, package: RELEASES)
-    kept, left_out = range_selection("transformers", ">4.45.2")
-    assert kept == ["4.46.1", "4.47.0"]
-    assert left_out == [("4.46.0", "yanked"), ("4.47.0rc1", "pre-release")]
-    assert index_module.versions_in_range("transformers", ">4.45.2") == kept
+def test_a_range_axis_says_what_it_left_out() -> None:
+    class FakeIndex:
+        def releases(self, package: str) -> list[Release]:
+            return RELEASES
+
+    axes = IndexAxes(FakeIndex())
+    assert axes("transformers", ">4.45.2") == ["4.46.1", "4.47.0"]
+    assert axes.notes() == [
+        "transformers: left out of the range: 4.46.0 (yanked), 4.47.0rc1 (pre-release)"
+    ]

@@ -18,6 +18,7 @@ from pathlib import Path
 from common import HARNESS, ROOT, emit
 
 from reprobox.core import spec
+from reprobox.core.settings import Settings
 from reprobox.envs import torch_source, uv
 from reprobox.run import pipeline as workflow
 
@@ -38,10 +39,14 @@ def bisect_run(repro: str, log: Path) -> dict:
 
 def env_creation(repro_name: str, variant: str) -> dict:
     repro = spec.load(ROOT, repro_name)
-    lock = workflow.lock_for(repro, variant)
+    lock = workflow.lock_for(repro, variant, settings=Settings.from_env())
     scratch = Path(tempfile.mkdtemp(prefix="bench-env-"))
     uv_path = uv.uv_bin()
-    links = [arg for link in torch_source.find_links() for arg in ("--find-links", link)]
+    links = [
+        arg
+        for link in torch_source.find_links(Settings.from_env())
+        for arg in ("--find-links", link)
+    ]
     install_env = {**os.environ, **repro.install_env()}
     figures = {"lock": str(lock.relative_to(ROOT)) if lock.is_relative_to(ROOT) else str(lock)}
 

@@ -25,6 +25,7 @@ from common import HARNESS, ROOT, emit, summarize
 sys.path.insert(0, str(ROOT / "tests"))
 from wheel_index import WheelIndex
 
+from reprobox.core.settings import Settings
 from reprobox.envs import torch_source
 
 SOURCE_SETTINGS = ("PIP_FIND_LINKS", "REPROBOX_FIND_LINKS", "REPROBOX_TORCH_INDEX",
@@ -66,7 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--times", type=int, default=2)
     times = parser.parse_args().times
-    folders = torch_source.find_links()
+    folders = torch_source.find_links(Settings.from_env())
     if not folders:
         sys.exit("no local wheel folder (pip's find-links) to compare against")
     base = Path(tempfile.mkdtemp(prefix="bench-torch_source-"))

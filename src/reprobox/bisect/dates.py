@@ -170,7 +170,7 @@ def date_bisect(
         if probes_for is None:
 
             def lock_of(item: DateItem) -> Path:
-                return locks.cached_lock(request_of(item))
+                return locks.cached_lock(request_of(item), target.settings)
 
             def cell_of(item: DateItem) -> matrix.Cell:
                 return matrix.make_cell(repro, target.variant, None, None, platform)

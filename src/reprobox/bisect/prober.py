@@ -32,10 +32,12 @@ from reprobox.bisect.summary import LOG_FILE, ProbeEntry
 from reprobox.core.cells import Cell
 from reprobox.core.errors import BadInput, ExitCode, ReproboxError
 from reprobox.core.protocol import Verdict
-from reprobox.core.records import Record
+from reprobox.core.records import Record, RecordStore
+from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
 from reprobox.envs import venvs
 from reprobox.run import pipeline
+from reprobox.run.backends.venv import VenvBackend
 
 T = TypeVar("T")
 
@@ -54,15 +56,21 @@ class ProbeFailed(ReproboxError):
 
 @dataclass(frozen=True)
 class Target:
-    """What every probe runs: one variant of one repro, on one platform.
+    """What every probe runs: one variant of one repro, on one platform, with the process's
+    settings (where results go and records on disk are read; the cache; torch's source)."""
 
-    `results` is the results folder (where default logs go and records on disk are read)."""
-
-    root: Path
     repro: Repro
     variant: str
     options: pipeline.RunOptions
-    results: Path
+    settings: Settings
+
+    @property
+    def root(self) -> Path:
+        return self.settings.root
+
+    @property
+    def results(self) -> Path:
+        return self.settings.results
 
 
 @dataclass(frozen=True)
@@ -246,8 +254,10 @@ def pipeline_probes(
 
     Resolution happens in `env_key` (so a release that cannot resolve is a skip before any
     launch); the run then installs and launches against that lock, its folder under `runs`."""
-    repro, options = target.repro, target.options
+    repro, options, settings = target.repro, target.options, target.settings
     platform = options.platform
+    backend = VenvBackend(settings)
+    store = RecordStore(settings.results)
 
     def env_key(item: T) -> str:
         return venvs.env_hash(lock_of(item), *pipeline.env_inputs(repro, platform))
@@ -260,10 +270,12 @@ def pipeline_probes(
             lock=lock_of(item),
             results_base=runs,
         )
-        return classify(pipeline.run_cell(target.root, repro, cell_of(item), probe_options))
+        cell = cell_of(item).on(platform)
+        [record] = pipeline.run_cells(repro, [cell], backend, store, settings, probe_options)
+        return classify(record)
 
     def warm(item: T) -> None:
-        pipeline.ensure_env(repro, lock_of(item), platform)
+        pipeline.ensure_env(repro, lock_of(item), platform, settings=settings)
 
     def versions(item: T) -> dict[str, str]:
         return lock_versions(lock_of(item))

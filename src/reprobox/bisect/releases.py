@@ -108,7 +108,9 @@ def release_bisect(
         if probes is None:
 
             def lock_of(version: str) -> Path:
-                return pipeline.lock_for(repro, target.variant, platform, {package: version})
+                return pipeline.lock_for(
+                    repro, target.variant, platform, {package: version}, settings=target.settings
+                )
 
             def cell_of(version: str) -> matrix.Cell:
                 return matrix.make_cell(repro, target.variant, {package: version}, None, platform)

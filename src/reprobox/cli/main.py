@@ -13,13 +13,13 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections.abc import Sequence
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
-from packaging.utils import canonicalize_name
-
+from reprobox.bisect.prober import Target
 from reprobox.cli import listing as list_cli
 from reprobox.cli import report as report_cli
 from reprobox.cli import scaleout as scaleout_cli
@@ -28,25 +28,56 @@ from reprobox.core import cells as matrix
 from reprobox.core import spec
 from reprobox.core.errors import BadInput, ExitCode, ReproboxError
 from reprobox.core.protocol import Verdict
-from reprobox.core.records import Record, latest_records, results_dir
+from reprobox.core.records import Record, RecordStore
+from reprobox.core.settings import Settings
+from reprobox.envs.index import IndexAxes, SimpleIndex
 from reprobox.run import pipeline as workflow
+from reprobox.run.backend import Backend
+from reprobox.run.backends.venv import VenvBackend
+
+VERDICT_STOP = 255  # `git bisect run`: stop, this is neither good, bad nor skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from reprobox.core.errors import interrupt_code
+    from reprobox.run import interrupts
+
     parser = _parser()
     args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args))
-    except ReproboxError as exc:
-        ui.error(str(exc))
-        return int(exc.exit_code)
-    except KeyboardInterrupt:
-        ui.error(f"interrupted; results measured so far are kept under {results_dir(_root())}")
-        return int(ExitCode.INTERRUPTED)
+    results = "results/"
+    # SIGTERM (a cancelled CI job, timeout(1), nox) and SIGHUP (a closed terminal) end a
+    # run as Ctrl-C does: ranks killed, the cell recorded as interrupted, one line, 143/129.
+    with interrupts.handled():
+        try:
+            spec.check_timeout(getattr(args, "timeout", None), "--timeout")
+            spec.check_overrides(getattr(args, "packages", None) or [], "--with")
+            args.settings = Settings.from_env()  # read once, here, and passed down
+            results = str(args.settings.results)
+            return int(args.handler(args))
+        except ReproboxError as exc:
+            ui.error(str(exc))
+            return int(exc.exit_code)
+        except KeyboardInterrupt as exc:
+            code = interrupt_code(exc)
+            what = {
+                ExitCode.TERMINATED: "terminated (SIGTERM)",
+                ExitCode.HANGUP: "hung up (SIGHUP)",
+            }.get(code, "interrupted")
+            ui.error(f"{what}; results measured so far are kept under {results}")
+            return int(code)
+        except OSError as exc:  # a full or read-only results folder or cache, say
+            where = f" ({exc.filename})" if exc.filename else ""
+            ui.error(
+                f"{exc.strerror or exc}{where}; results measured so far are kept under {results}"
+            )
+            return int(ExitCode.HARNESS_FAILED)
+        except Exception as exc:  # never a traceback that `git bisect run` reads as "bad"
+            ui.error(f"internal error: {type(exc).__name__}: {exc} (please report it)")
+            return int(ExitCode.HARNESS_FAILED)
 
 
-def _root() -> Path:
-    return spec.repo_root()
+def _settings(args: argparse.Namespace) -> Settings:
+    return getattr(args, "settings", None) or Settings.from_env()
 
 
 _DESCRIPTION = """\
@@ -119,14 +150,21 @@ def _parser() -> argparse.ArgumentParser:
     verdict.set_defaults(handler=cmd_verdict)
 
     bisect = commands.add_parser(
-        "bisect", help="find the release (or date) where a variant's verdict flips"
+        "bisect",
+        help="find the release (or date) where a variant's verdict flips",
+        description="Binary-search the releases of one package (or the days of the stack's "
+        "history) for where a variant's verdict flips. The answer says what it assumed (one "
+        "change between the ends) and is checked against extra probes (--verify) and every "
+        "verdict already on disk; a contradiction makes it non-monotone (exit 1), never found.",
     )
-    bisect.add_argument("repro")
+    bisect.add_argument("repro", help="the repro to bisect (see `reprobox list`)")
     bisect.add_argument("--package", help="the package whose releases to search")
     bisect.add_argument("--good", help="a release where the variant is clean")
     bisect.add_argument("--bad", help="a release where the variant reproduces")
     bisect.add_argument("--variant", help="the variant to run at each probe")
-    bisect.add_argument("--by-date", metavar="START..END", help="bisect over days instead")
+    bisect.add_argument(
+        "--by-date", metavar="START..END", help="bisect over days (UTC) instead of releases"
+    )
     bisect.add_argument(
         "--float",
         action="append",
@@ -141,10 +179,40 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="re-run each boundary probe N more times to catch flakiness (default 1)",
     )
+    bisect.add_argument(
+        "--verify",
+        type=int,
+        metavar="K",
+        help="probe K more items spread over each side of the answer (default: 2 when the "
+        "range holds more than 8, else 0)",
+    )
     bisect.add_argument("--log", type=Path, help="probe log (default: derived from arguments)")
-    bisect.add_argument("--platform", default="cpu", choices=["cpu", "gpu"])
+    bisect.add_argument(
+        "--platform", default="cpu", choices=["cpu", "gpu"], help="where to run (default: cpu)"
+    )
     bisect.add_argument("--timeout", type=float, help="seconds per probe")
     bisect.set_defaults(handler=cmd_bisect)
+
+    sweep = commands.add_parser(
+        "sweep",
+        help="probe every release in a range and print the affected versions",
+        description="Probe every release of one package in a range (yanked ones too, marked) "
+        "and print where the variant reproduces as advisory-style ranges "
+        "(`>=4.44.2,<4.46.0; ==4.47.0`) with introduced / fixed events. Assumes nothing "
+        "about how often the verdict changes.",
+    )
+    sweep.add_argument("repro", help="the repro to sweep (see `reprobox list`)")
+    sweep.add_argument("--package", help="the package whose releases to probe")
+    sweep.add_argument(
+        "--range", required=True, metavar="SPEC", help="the releases, e.g. '>=4.44.2,<=4.49.0'"
+    )
+    sweep.add_argument("--variant", help="the variant to run at each probe")
+    sweep.add_argument("--log", type=Path, help="probe log (default: derived from arguments)")
+    sweep.add_argument(
+        "--platform", default="cpu", choices=["cpu", "gpu"], help="where to run (default: cpu)"
+    )
+    sweep.add_argument("--timeout", type=float, help="seconds per probe")
+    sweep.set_defaults(handler=cmd_sweep)
 
     image = commands.add_parser("image", help="build a variant's pinned image (and --run it)")
     image.add_argument("repro", help="the repro whose image to build (see `reprobox list`)")
@@ -226,26 +294,29 @@ def _pairs(items: Sequence[str], sep: str, what: str) -> dict[str, str]:
 
 
 def _cells(repro: spec.Repro, args: argparse.Namespace) -> list[matrix.Cell]:
-    packages = _pairs(args.packages, "==", "--with")
-    params = _pairs(args.param, "=", "--param")
-    pinned = repro.pinned_packages()
-    for package in packages:
-        if canonicalize_name(package) not in pinned:
-            raise BadInput(f"--with {package}: not a package that {repro.name} pins")
-        spec.check_version(packages[package], f"--with {package}")
-    if getattr(args, "matrix", False):
-        from reprobox.envs.index import versions_in_range
+    """The cells the arguments select (the rules live in core.cells); a range axis says
+    which releases it left out (yanked, pre-releases)."""
+    axes = _axes(args)  # the index is read only for a range axis of --matrix
+    cells = matrix.requested_cells(
+        repro,
+        args.variant or (),
+        _pairs(args.packages, "==", "--with"),
+        _pairs(args.param, "=", "--param"),
+        args.platform,
+        matrix=getattr(args, "matrix", False),
+        versions_in_range=axes,
+    )
+    for note in axes.notes():
+        ui.info(f"reprobox: {note}")
+    return cells
 
-        return matrix.matrix_cells(repro, versions_in_range)
-    if args.variant:
-        variants = args.variant
-    elif (packages or params) and repro.spec.matrix:
-        variants = repro.spec.matrix.variants  # a matrix point: the variants the matrix runs
-    else:
-        variants = repro.default_variants
-    for name in variants:
-        repro.variant(name)
-    return [matrix.make_cell(repro, name, packages, params) for name in variants]
+
+def _index(args: argparse.Namespace) -> SimpleIndex:
+    return SimpleIndex.from_settings(_settings(args))
+
+
+def _axes(args: argparse.Namespace) -> IndexAxes:
+    return IndexAxes(_index(args))
 
 
 def _options(args: argparse.Namespace) -> workflow.RunOptions:
@@ -256,14 +327,27 @@ def _options(args: argparse.Namespace) -> workflow.RunOptions:
     )
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    root = _root()
-    repro = spec.load(root, args.repro)
-    cells = _cells(repro, args)
+def _run(
+    repro: spec.Repro, cells: list[matrix.Cell], backend: Backend, args: argparse.Namespace
+) -> list[Record]:
+    store = RecordStore(_settings(args).results)
     with ui.CellProgress(repro.name, len(cells)) as progress:
-        records = workflow.run_cells(
-            root, repro, cells, _options(args), on_start=progress.start, on_record=progress.done
+        return workflow.run_cells(
+            repro,
+            cells,
+            backend,
+            store,
+            _settings(args),
+            _options(args),
+            on_start=progress.start,
+            on_record=progress.done,
         )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    repro = spec.load(settings.root, args.repro)
+    records = _run(repro, _cells(repro, args), VenvBackend(settings), args)
     ui.verdict_table(records, format=args.format)
     return _conclude(records)
 
@@ -283,46 +367,57 @@ def _conclude(records: list[Record]) -> int:
 
 
 def cmd_verdict(args: argparse.Namespace) -> int:
-    """One variant, `git bisect run` exit codes; an environment that cannot install skips."""
-    root = _root()
-    repro = spec.load(root, args.repro)
+    """One variant, `git bisect run` exit codes: 0 clean, 1 reproduced, 125 cannot test (or
+    an environment that cannot be resolved or installed); anything else is 255, which stops
+    a `git bisect run`, so a harness failure is never read as "bad"."""
+    settings = _settings(args)
+    repro = spec.load(settings.root, args.repro)
     cells = _cells(repro, args)
     if len(cells) != 1:
         raise BadInput("verdict takes exactly one --variant")
-    record = workflow.run_cell(root, repro, cells[0], _options(args))
+    store = RecordStore(settings.results)
+    backend = VenvBackend(settings)
+    [record] = workflow.run_cells(repro, cells, backend, store, settings, _options(args))
     ui.record_line(record)
-    if record.verdict is not None:
+    if record.verdict is not None and record.status != "error":
         return Verdict(record.verdict).exit_code
     if record.exit_code == ExitCode.ENV_FAILED:
         return int(ExitCode.CANNOT_TEST)
     ui.error(record.reason)
-    return 255 if record.exit_code != ExitCode.INTERRUPTED else int(ExitCode.INTERRUPTED)
+    interrupts = (ExitCode.INTERRUPTED, ExitCode.TERMINATED, ExitCode.HANGUP)
+    return record.exit_code if record.exit_code in interrupts else VERDICT_STOP
 
 
-def cmd_bisect(args: argparse.Namespace) -> int:
-    from reprobox.bisect import triage
-    from reprobox.envs.index import SimpleIndex
-
-    root = _root()
-    repro = spec.load(root, args.repro)
+def _bisect_target(args: argparse.Namespace) -> tuple[Target, spec.BisectSection | None]:
+    """The repro and variant every probe runs, from the flags or [bisect]."""
+    settings = _settings(args)
+    repro = spec.load(settings.root, args.repro)
     defaults = repro.spec.bisect
     variant = args.variant or (defaults.variant if defaults else None)
     if variant is None:
         raise BadInput(f"--variant is needed: {repro.name} has no [bisect] variant")
     repro.variant(variant)
-    target = triage.Target(root, repro, variant, _options(args))
+    return Target(repro, variant, _options(args), settings), defaults
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from reprobox.bisect import dates, releases
+
+    target, defaults = _bisect_target(args)
     if args.confirm < 0:
         raise BadInput("--confirm must be 0 or more")
-    with ui.BisectProgress(repro.name) as progress:
+    with ui.BisectProgress(target.repro.name) as progress:
         if args.by_date:
-            start, end = triage.parse_dates(args.by_date)
+            start, end = dates.parse_dates(args.by_date)
             floats = args.float or (defaults.float or [defaults.package] if defaults else [])
-            summary = triage.date_bisect(
+            summary = dates.date_bisect(
                 target,
                 start,
                 end,
                 floats,
+                index=_index(args),
                 confirm=args.confirm,
+                verify=args.verify,
                 log_path=args.log,
                 on_probe=progress.probe,
             )
@@ -334,63 +429,74 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 raise BadInput("--package, --good and --bad are needed (no [bisect] defaults)")
             for name, value in (("--good", good), ("--bad", bad)):
                 spec.check_version(value, name)
-            summary = triage.release_bisect(
+            summary = releases.release_bisect(
                 target,
                 package,
                 good,
                 bad,
-                SimpleIndex(),
+                _index(args),
                 confirm=args.confirm,
+                verify=args.verify,
                 log_path=args.log,
                 on_probe=progress.probe,
             )
     ui.bisect_summary(summary)
-    return int(ExitCode.FAILED if summary["status"] == "flaky" else ExitCode.OK)
+    # Only "found" and "ambiguous" are answers; flaky and non-monotone histories are not.
+    return int(ExitCode.FAILED if summary.status in ("flaky", "non-monotone") else ExitCode.OK)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from reprobox.bisect import sweep
+
+    target, defaults = _bisect_target(args)
+    package = args.package or (defaults.package if defaults else None)
+    if not package:
+        raise BadInput("--package is needed (no [bisect] package)")
+    with ui.BisectProgress(target.repro.name, verb="sweeping") as progress:
+        summary = sweep.sweep(
+            target, package, args.range, _index(args), log_path=args.log, on_probe=progress.probe
+        )
+    ui.bisect_summary(summary)
+    return int(ExitCode.OK)
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    from reprobox.run.backends import container as images
+    """Build each selected cell's image; with --run, run the cells in them through the same
+    pipeline (preflight, batching, judge) as venv runs."""
+    from reprobox.run.backends import container
 
-    root = _root()
-    repro = spec.load(root, args.repro)
+    settings = _settings(args)
+    if args.ca_bundle:
+        settings = replace(settings, ca_bundle=Path(args.ca_bundle))
+    repro = spec.load(settings.root, args.repro)
     cells = _cells(repro, args)
-    engine = images.find_engine(args.engine)
-    ca_bundle = Path(args.ca_bundle) if args.ca_bundle else None
-    records = []
-    with ui.CellProgress(repro.name, len(cells)) as progress:
+    backend = container.ContainerBackend(
+        settings, container.find_engine(args.engine), base=args.base, no_cache=args.no_cache
+    )
+    if not args.run:
         for cell in cells:
-            image = images.image_spec(root, repro, cell.variant, args.platform, dict(cell.packages))
-            logs = results_dir(root) / repro.name / "_images" / image.tag.rsplit(":", 1)[-1]
-            started = time.monotonic()
-            built = images.build(
-                engine,
-                image,
-                base=args.base,
-                ca_bundle=ca_bundle,
-                log_dir=logs,
-                no_cache=args.no_cache,
+            lock = workflow.lock_for(
+                repro, cell.variant, cell.platform, dict(cell.packages), settings=settings
             )
-            state = f"built in {time.monotonic() - started:.0f}s" if built else "already built"
-            ui.info(f"image {image.tag}: {state} ({engine.name})")
-            if args.run:
-                progress.start([cell])
-                record = images.run_cell(
-                    root, engine, image, cell, _options(args), gpus=args.platform == "gpu"
-                )
-                progress.done(record)
-                records.append(record)
-    if not records:
+            backend.prepare(repro, cell, lock)
+        _say_built(backend)
         return 0
+    records = _run(repro, cells, backend, args)
+    _say_built(backend)
     ui.verdict_table(records, format=args.format)
     return _conclude(records)
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    root = _root()
-    if args.name is not None:
-        from reprobox.envs.index import versions_in_range
+def _say_built(backend: Any) -> None:
+    for tag, built, seconds in dict.fromkeys(backend.built):
+        state = f"built in {seconds:.0f}s" if built else "already built"
+        ui.info(f"image {tag}: {state} ({backend.engine.name})")
 
-        detail = list_cli.detail(spec.load(root, args.name), versions_in_range)
+
+def cmd_list(args: argparse.Namespace) -> int:
+    root = _settings(args).root
+    if args.name is not None:
+        detail = list_cli.detail(spec.load(root, args.name), _axes(args))
         if args.json:
             print(json.dumps(detail, indent=2))
         else:
@@ -408,30 +514,32 @@ def cmd_lock(args: argparse.Namespace) -> int:
     """Regenerate what repro.toml determines: the hashed locks and the image's Dockerfile."""
     from reprobox.run.regenerate import regenerate
 
-    root = _root()
+    settings = _settings(args)
+    root = settings.root
     names = args.repros or spec.discover(root)
 
     def written(path: Path) -> None:
         ui.info(f"{path.relative_to(root)}: written")
 
-    problems = regenerate(root, names, check=args.check, on_written=written)
+    problems = regenerate(settings, names, check=args.check, on_written=written)
     if problems:
         raise BadInput(f"out of date with repro.toml: {'; '.join(problems)}; run `nox -s lock`")
     return 0
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    root = _root()
+    settings = _settings(args)
+    store = RecordStore(settings.results)
     records = []
-    for name in args.repros or spec.discover(root):
-        repro = spec.load(root, name)
-        found = latest_records(root, name)
+    for name in args.repros or spec.discover(settings.root):
+        repro = spec.load(settings.root, name)
+        found = store.latest(name)
         if args.default:
             wanted = {c.label for c in matrix.default_cells(repro)}
             found = [r for r in found if r.label in wanted]
         records += found
     if not records:
-        raise BadInput(f"no results on disk under {results_dir(root)}; run `make repro` first")
+        raise BadInput(f"no results on disk under {settings.results}; run `make repro` first")
     ui.verdict_table(records, format=args.format)
     return _conclude(records)
 

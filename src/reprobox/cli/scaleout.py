@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 from reprobox.cli import ui
-from reprobox.core import spec
 from reprobox.core.errors import BadInput
-from reprobox.envs.index import SimpleIndex, select
+from reprobox.core.settings import Settings
+from reprobox.envs.index import IndexAxes, SimpleIndex, select
 from reprobox.scaleout import jobs, k8s
 
 
@@ -64,9 +64,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     canary.set_defaults(handler=cmd_canary_plan)
 
 
+def _settings(args: argparse.Namespace) -> Settings:
+    return getattr(args, "settings", None) or Settings.from_env()
+
+
+def _axes(args: argparse.Namespace) -> IndexAxes:
+    return IndexAxes(SimpleIndex.from_settings(_settings(args)))
+
+
 def cmd_k8s(args: argparse.Namespace) -> int:
-    root = spec.repo_root()
-    cells = jobs.job_cells(root, args.repro, args.cells, args.platform)
+    root = _settings(args).root
+    cells = jobs.job_cells(root, args.repro, args.cells, args.platform, _axes(args))
     options = k8s.K8sOptions(
         image_prefix=args.image_prefix,
         image=args.image,
@@ -87,10 +95,9 @@ def cmd_k8s(args: argparse.Namespace) -> int:
 
 def cmd_collect(args: argparse.Namespace) -> int:
     from reprobox.core.records import RecordStore
-    from reprobox.core.settings import Settings
     from reprobox.scaleout.collect import collect
 
-    settings = getattr(args, "settings", None) or Settings.from_env()
+    settings = _settings(args)
     found = collect(args.source, settings.root, RecordStore(settings.results))
     for record in found.records:
         ui.record_line(record)
@@ -104,7 +111,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 def cmd_newest(args: argparse.Namespace) -> int:
     """The newest non-yanked release (pre-releases only with --pre), for the canary."""
-    versions = select(SimpleIndex().releases(args.package), "", prereleases=args.pre)
+    index = SimpleIndex.from_settings(_settings(args))
+    versions = select(index.releases(args.package), "", prereleases=args.pre)
     if not versions:
         raise BadInput(f"{args.package} has no release to test")
     print(versions[-1])
@@ -120,14 +128,14 @@ def cmd_ci_matrix(args: argparse.Namespace) -> int:
         raise BadInput(f"{args.listing}: not the JSON of `nox --json -l` ({exc.msg})") from None
     if not isinstance(listed, list):
         raise BadInput(f"{args.listing}: not the JSON of `nox --json -l` (want a list)")
-    found = jobs.github_matrix(spec.repo_root(), listed)
+    found = jobs.github_matrix(_settings(args).root, listed, _axes(args))
     for key, value in found.items():
         print(f"{key}={json.dumps(value, separators=(',', ':'))}")
     return 0
 
 
 def cmd_canary_plan(args: argparse.Namespace) -> int:
-    plan = jobs.canary_plan(spec.repo_root())
+    plan = jobs.canary_plan(_settings(args).root)
     print(f"include={json.dumps(plan, separators=(',', ':'))}")
     return 0
 

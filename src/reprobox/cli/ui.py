@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -22,6 +22,9 @@ from rich.text import Text
 
 from reprobox.core.cells import Cell
 from reprobox.core.records import Record
+
+if TYPE_CHECKING:
+    from reprobox.bisect.summary import BisectSummary, ProbeEntry
 
 # a message stays one line; no `:name:` emoji codes replaced in messages
 console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
@@ -119,13 +122,14 @@ class CellProgress:
 class BisectProgress:
     """One line per probe; in a terminal, a live status line while probes run."""
 
-    def __init__(self, repro: str) -> None:
-        self.repro, self.count = repro, 0
+    def __init__(self, repro: str, verb: str = "bisecting") -> None:
+        self.repro, self.verb, self.count = repro, verb, 0
         self._status: Any = None
 
     def __enter__(self) -> BisectProgress:
         if interactive():
-            self._status = console.status(f"bisecting {self.repro}: confirming both ends")
+            first = "confirming both ends" if self.verb == "bisecting" else "first probe"
+            self._status = console.status(Text(f"{self.verb} {self.repro}: {first}"))
             self._status.start()
         return self
 
@@ -133,30 +137,36 @@ class BisectProgress:
         if self._status is not None:
             self._status.stop()
 
-    def probe(self, entry: dict[str, Any]) -> None:
+    def probe(self, entry: ProbeEntry) -> None:
         self.count += 1
-        verdict = entry.get("verdict") or "skipped"
-        again = f" (repeat {entry['attempt']})" if entry.get("attempt", 1) > 1 else ""
-        if entry.get("resumed"):
+        verdict = entry.verdict or "skipped"
+        again = f" (repeat {entry.attempt})" if entry.attempt > 1 else ""
+        tags = "".join(f" ({tag})" for tag in entry.tags)
+        if entry.resumed:
             source = "from the log"
-        elif entry.get("same_as"):
-            source = f"same environment as {entry['same_as']}"
+        elif entry.same_as:
+            source = f"same environment as {entry.same_as}"
         else:
-            source = f"{entry.get('wall_s', 0):.1f}s"
-        reason = f" - {entry.get('reason')}" if verdict == "skipped" else ""
-        info(f"probe {self.count}: {entry['item']}{again}: {verdict} ({source}){reason}")
+            source = f"{entry.wall_s:.1f}s"
+        reason = f" - {entry.reason}" if entry.skip else ""
+        info(f"probe {self.count}: {entry.item}{tags}{again}: {verdict} ({source}){reason}")
         if self._status is not None:
-            self._status.update(f"bisecting {self.repro}: {self.count} probes so far")
+            self._status.update(Text(f"{self.verb} {self.repro}: {self.count} probes so far"))
 
 
-def bisect_summary(summary: dict[str, Any]) -> None:
+def bisect_summary(summary: BisectSummary) -> None:
     """The closing line, as `git bisect` ends, and where the details are."""
     info(
-        f"{summary['distinct_probed']} probed, {summary['launched']} launched "
-        f"({summary['skips']} skipped, {summary['wall_s']:.0f}s); summary: "
-        f"{summary['summary_path']}"
+        f"{summary.distinct_probed} probed, {summary.launched} launched "
+        f"({summary.skips} skipped, {summary.wall_s:.0f}s); summary: {summary.summary_path}"
     )
-    out.print(summary["result"], markup=False)
+    if summary.kind == "sweep" and summary.events:
+        events = ", ".join(
+            f"introduced {e.introduced}" if e.introduced is not None else f"fixed {e.fixed}"
+            for e in summary.events
+        )
+        info(f"events: {events}")
+    out.print(summary.result, markup=False, soft_wrap=True)  # one line, however long
 
 
 def table_format(requested: str = "auto") -> TableFormat:

@@ -45,6 +45,8 @@ class Launched:
     wall_s: float = 0.0
     logs: Path | None = None  # where a person looks (the run folder)
     last_error: str = ""  # the last exception line any process printed
+    # torchrun / `accelerate launch`: once one worker exits, the launcher SIGTERMs the rest
+    launcher_stops_peers: bool = False
 
     @property
     def launcher_code(self) -> int | None:
@@ -97,16 +99,25 @@ def status_for(verdict: Verdict, expect: Expectation, also_ok: Iterable[Verdict]
     return Status.MISMATCH
 
 
-def exit_problem(exits: Sequence[RankExit], verdicts: Sequence[Verdict]) -> str | None:
+def exit_problem(
+    exits: Sequence[RankExit], verdicts: Sequence[Verdict], launcher_stops_peers: bool = False
+) -> str | None:
     """Why these exit statuses contradict the results, or None when they agree.
 
     The most telling process is named: one that failed on its own (a code outside the
-    protocol) before one the harness or launcher then stopped (SIGTERM/SIGKILL)."""
+    protocol) before one the harness or launcher then stopped (SIGTERM/SIGKILL). Under a
+    launcher that stops a worker's peers once it exits (torchrun), a peer it SIGTERMed after
+    another rank exited with the result's code is no contradiction."""
     expected = launch_exit_code(list(verdicts))
     said = ", ".join(sorted({v.value for v in verdicts}))
+    ranks = [e for e in exits if e.rank is not None]
+    agreed = any(e.code == expected for e in ranks)
     problems: list[tuple[int, str]] = []
     for item in exits:
         who = "the launcher" if item.rank is None else f"rank {item.rank}"
+        stopped_peer = launcher_stops_peers and item.rank is not None and agreed
+        if stopped_peer and item.code == -signal.SIGTERM:
+            continue
         if item.code < 0:
             name = _signal_name(-item.code)
             stopped = -item.code in (signal.SIGTERM, signal.SIGKILL)
@@ -160,7 +171,9 @@ def judge(
     except LaunchError as exc:
         return _error(ExitCode.RUN_FAILED, f"{exc}; {_exits_text(launched.exits)}{hint}{logs}")
     script_verdict = Verdict(result["verdict"])
-    problem = exit_problem(launched.exits, list(launch_verdicts or [script_verdict]))
+    problem = exit_problem(
+        launched.exits, list(launch_verdicts or [script_verdict]), launched.launcher_stops_peers
+    )
     if problem is not None:
         return _error(ExitCode.RUN_FAILED, f"{problem}{hint}{logs}", result)
     if script_verdict is Verdict.CANNOT_TEST and not str(result.get("reason") or "").strip():

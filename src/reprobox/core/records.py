@@ -56,6 +56,7 @@ class Record(BaseModel):
     lock_hash: str = ""
     platform: str = "cpu"
     runner: str = "venv"  # venv, or the container engine that ran the image
+    torch_source: str = ""  # where torch came from (an index, local folders, the default)
     started_at: str = ""
     dir: str = ""
     batch_dir: str = ""  # set when the cell ran in a launch led by another cell's directory

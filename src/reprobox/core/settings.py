@@ -24,6 +24,9 @@ def default_root(cwd: Path | None = None) -> Path:
     return Path(__file__).resolve().parents[3]
 
 
+UV_SETTINGS = ("UV_EXTRA_INDEX_URL", "UV_INDEX_URL", "UV_FIND_LINKS")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Where the harness works and how it reaches packages."""
@@ -38,6 +41,8 @@ class Settings:
     torch_index: str | None = None  # REPROBOX_TORCH_INDEX: a simple index serving CPU torch
     torch_source: str = "cpu"  # REPROBOX_TORCH_SOURCE: cpu (the CPU build) | pypi (default's)
     script_cache: Path | None = None  # REPRO_CACHE: what scripts build (default: under cache)
+    # uv's own settings that can serve torch (uv reads them itself; named in records/errors)
+    uv_settings: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -60,6 +65,7 @@ class Settings:
             ca_bundle=Path(ca) if ca else None,
             ci=bool(env.get("CI")),
             script_cache=_absolute(env, "REPRO_CACHE"),
+            uv_settings=tuple((name, env[name]) for name in UV_SETTINGS if env.get(name)),
             torch_index=env.get("REPROBOX_TORCH_INDEX") or None,
             torch_source=_choice(env, "REPROBOX_TORCH_SOURCE", ("cpu", "pypi")),
         )

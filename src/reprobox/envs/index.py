@@ -9,7 +9,6 @@ does not hit the network each time.
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.error
 import urllib.request
@@ -30,7 +29,8 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from reprobox.core.errors import BadInput, EnvError
-from reprobox.core.settings import cache_dir
+from reprobox.core.files import atomic_write
+from reprobox.core.settings import Settings
 from reprobox.envs.uv import index_url
 
 CACHE_TTL_S = 24 * 3600
@@ -53,9 +53,14 @@ class PackageIndex(Protocol):
 class SimpleIndex:
     """The default package index, read through its JSON Simple API (PEP 691)."""
 
-    def __init__(self, url: str | None = None, cache: Path | None = None) -> None:
+    def __init__(self, cache: Path, *, url: str | None = None, refresh: bool = False) -> None:
         self._url = url
-        self.cache = cache or cache_dir() / "index"
+        self.cache = cache
+        self.refresh = refresh  # re-read pages younger than a day (REPROBOX_REFRESH_INDEX)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SimpleIndex:
+        return cls(settings.cache / "index", refresh=settings.refresh_index)
 
     @property
     def url(self) -> str:
@@ -69,7 +74,7 @@ class SimpleIndex:
     def _page(self, name: str) -> dict[str, Any]:
         cached = self.cache / f"{name}.json"
         fresh = cached.is_file() and time.time() - cached.stat().st_mtime < CACHE_TTL_S
-        if fresh and not os.environ.get("REPROBOX_REFRESH_INDEX"):
+        if fresh and not self.refresh:
             return _object(json.loads(cached.read_text()))
         request = urllib.request.Request(f"{self.url}/{name}/", headers={"Accept": ACCEPT})
         try:
@@ -83,10 +88,7 @@ class SimpleIndex:
             if cached.is_file():
                 return _object(json.loads(cached.read_text()))  # stale beats nothing offline
             raise EnvError(f"cannot read the release list of {name!r}: {exc}") from None
-        self.cache.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(".tmp")
-        tmp.write_text(json.dumps(page))
-        tmp.replace(cached)
+        atomic_write(cached, json.dumps(page))
         return page
 
 
@@ -195,19 +197,25 @@ def select_explained(
     return Selection(kept=kept, left_out=left_out)
 
 
-def versions_in_range(
-    package: str, specifier: str, prereleases: bool = False, include_yanked: bool = False
-) -> list[str]:
-    """`select` over the default index's releases, as strings (a matrix axis)."""
-    return range_selection(package, specifier, prereleases, include_yanked)[0]
+class IndexAxes:
+    """Matrix range axes resolved against one index (the `VersionsInRange` that core.cells
+    takes), remembering what each range left out so the caller can say so."""
 
+    def __init__(self, index: PackageIndex) -> None:
+        self.index = index
+        self.left_out: dict[str, Selection] = {}
 
-def range_selection(
-    package: str, specifier: str, prereleases: bool = False, include_yanked: bool = False
-) -> tuple[list[str], list[tuple[str, str]]]:
-    """A matrix axis over the default index: the versions kept, and (version, reason) for
-    each release in the range that was left out (yanked, pre-release)."""
-    found = select_explained(
-        SimpleIndex().releases(package), specifier, prereleases, include_yanked
-    )
-    return [str(v) for v in found.kept], [(str(v), why) for v, why in found.left_out]
+    def __call__(
+        self, package: str, specifier: str, prereleases: bool = False, include_yanked: bool = False
+    ) -> list[str]:
+        found = select_explained(
+            self.index.releases(package), specifier, prereleases, include_yanked
+        )
+        if found.left_out:
+            self.left_out[package] = found
+        return [str(v) for v in found.kept]
+
+    def notes(self) -> list[str]:
+        """One line per range that left releases out, e.g. `transformers: left out of the
+        range: 4.46.0 (yanked)`."""
+        return [found.note(package) for package, found in self.left_out.items()]

@@ -17,7 +17,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from reprobox.core.errors import EnvError
-from reprobox.core.settings import cache_dir
+from reprobox.core.files import atomic_write
+from reprobox.core.settings import Settings
 from reprobox.envs import torch_source
 from reprobox.envs.uv import run_uv, uv_bin
 
@@ -64,7 +65,7 @@ def lock_input_hash(lock: Path) -> str | None:
     return first[len(LOCK_HEADER) :].strip() if first.startswith(LOCK_HEADER) else None
 
 
-def compile_lock(request: LockRequest, dest: Path) -> Path:
+def compile_lock(request: LockRequest, dest: Path, settings: Settings) -> Path:
     """Resolve `request` with uv into a hashed lock at `dest` (written atomically)."""
     cmd = [
         uv_bin(),
@@ -83,12 +84,12 @@ def compile_lock(request: LockRequest, dest: Path) -> Path:
         cmd += ["--exclude-newer", request.exclude_newer]
     for package, date in request.exclude_newer_packages:
         cmd += ["--exclude-newer-package", f"{package}={date}"]
-    source = torch_source.current()
+    source = torch_source.from_settings(settings)
     pypi = request.torch_source == "pypi"
     if request.platform == "cpu":
         cmd += dataclasses.replace(source, flavour=request.torch_source).uv_args()
     requirements = [_without_local(r) if pypi else r for r in request.requirements]
-    proc = run_uv(cmd, stdin="\n".join(requirements) + "\n", what="resolve")
+    proc = run_uv(cmd, stdin="\n".join(requirements) + "\n", what="resolve", settings=settings)
     if request.platform == "cpu" and not pypi:
         _check_cpu_torch(proc.stdout, source)
     header = [
@@ -100,17 +101,12 @@ def compile_lock(request: LockRequest, dest: Path) -> Path:
         *(f"#   {req}" for req in request.requirements),
         "# Regenerate with: nox -s lock",
     ]
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_text("\n".join(header) + "\n" + proc.stdout)
-    tmp.replace(dest)
-    return dest
+    return atomic_write(dest, "\n".join(header) + "\n" + proc.stdout)
 
 
-def for_torch_source(request: LockRequest, flavour: str | None = None) -> LockRequest:
-    """`request` in the torch flavour this process asks for (REPROBOX_TORCH_SOURCE, or
-    `flavour`): a CPU lock becomes its pypi flavour; a GPU lock stays as it is."""
-    flavour = flavour or torch_source.current().flavour
+def for_torch_source(request: LockRequest, flavour: str) -> LockRequest:
+    """`request` in the torch flavour asked for (REPROBOX_TORCH_SOURCE): a CPU lock becomes
+    its pypi flavour; a GPU lock stays as it is."""
     if request.platform != "cpu" or request.torch_source == flavour:
         return request
     return dataclasses.replace(request, torch_source=flavour)
@@ -143,14 +139,14 @@ def _without_local(requirement: str) -> str:
     return str(req)
 
 
-def cached_lock(request: LockRequest) -> Path:
+def cached_lock(request: LockRequest, settings: Settings) -> Path:
     """A lock for `request` from the cache, resolved once (for cells and probes), in the torch
-    flavour this process asks for (`for_torch_source`)."""
-    request = for_torch_source(request)
-    dest = cache_dir() / "locks" / f"{request.input_hash}.txt"
+    flavour the settings ask for (`for_torch_source`)."""
+    request = for_torch_source(request, settings.torch_source)
+    dest = settings.cache / "locks" / f"{request.input_hash}.txt"
     if lock_input_hash(dest) == request.input_hash:
         return dest
     with FileLock(str(dest) + ".lock"):
         if lock_input_hash(dest) != request.input_hash:
-            compile_lock(request, dest)
+            compile_lock(request, dest, settings)
     return dest

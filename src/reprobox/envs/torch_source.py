@@ -20,7 +20,6 @@ into the cache, never committed (see `locks.LockRequest.torch_source`).
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import subprocess
 import sys
@@ -30,11 +29,9 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from reprobox.core import settings
+from reprobox.core.settings import Settings
 
 PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-# uv's own settings that can serve torch (uv reads them; the harness only reports them).
-UV_SETTINGS = ("UV_EXTRA_INDEX_URL", "UV_INDEX_URL", "UV_FIND_LINKS")
 # What the pypi flavour of lm_head's lock downloads on Linux x86-64, python 3.11 (the default
 # index's file sizes: torch 2.13.0, triton and the nvidia-* CUDA libraries it requires), against
 # about 0.25 GB for the CPU build's lock.
@@ -71,12 +68,9 @@ def pip_config() -> dict[str, str]:
     return config
 
 
-@functools.cache
-def find_links() -> tuple[str, ...]:
+def find_links(settings: Settings) -> tuple[str, ...]:
     """Existing local folders from REPROBOX_FIND_LINKS, PIP_FIND_LINKS and pip's config."""
-    links: list[str] = []
-    for value in (os.environ.get("REPROBOX_FIND_LINKS", ""), os.environ.get("PIP_FIND_LINKS", "")):
-        links += value.split()
+    links = [*settings.find_links]
     for key, value in pip_config().items():
         if key.endswith("find-links"):
             links += value.split()
@@ -150,19 +144,11 @@ class TorchSource:
         )
 
 
-def current() -> TorchSource:
-    """The torch sources this process's settings name."""
-    now = settings.current()
-    uv_set = tuple((name, os.environ[name]) for name in UV_SETTINGS if os.environ.get(name))
+def from_settings(settings: Settings) -> TorchSource:
+    """The torch sources these settings name."""
     return TorchSource(
-        flavour=now.torch_source,
-        folders=find_links(),
-        index=now.torch_index,
-        uv_settings=uv_set,
+        flavour=settings.torch_source,
+        folders=find_links(settings),
+        index=settings.torch_index,
+        uv_settings=settings.uv_settings,
     )
-
-
-def describe() -> str:
-    """The torch source of this process, for records: e.g. "find-links (1 local folder)",
-    "index https://download.pytorch.org/whl/cpu", "pypi (the default index's torch build)"."""
-    return current().describe()

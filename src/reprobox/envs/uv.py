@@ -15,8 +15,8 @@ import subprocess
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from reprobox.core.errors import BadInput, EnvError
-from reprobox.core.settings import cache_dir
+from reprobox.core.errors import BadInput, EnvError, ExitCode
+from reprobox.core.settings import Settings
 from reprobox.envs import torch_source
 
 
@@ -51,8 +51,15 @@ _NO_VERSION = re.compile(r"there is no version of ([^\s,]+)")
 
 
 def run_uv(
-    cmd: list[str], *, what: str, stdin: str | None = None, env: dict[str, str] | None = None
+    cmd: list[str],
+    *,
+    what: str,
+    settings: Settings,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """Run uv; a failure is one error whose message names uv's own (the full log is kept
+    under the cache). A tampered or corrupt download is an integrity error, never a skip."""
     proc = subprocess.run(
         cmd,
         input=stdin,
@@ -63,7 +70,7 @@ def run_uv(
     )
     if proc.returncode == 0:
         return proc
-    log = cache_dir() / "logs" / f"uv-{what.replace(' ', '-')}-{os.getpid()}.log"
+    log = settings.cache / "logs" / f"uv-{what.replace(' ', '-')}-{os.getpid()}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(f"$ {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
     summary = summarize_uv_error(proc.stderr)
@@ -71,12 +78,18 @@ def run_uv(
     if missing:
         wanted = missing.group(1)
         if _is_torch(wanted):  # the pinned build is not on any source this machine names
-            source = torch_source.current()
+            source = torch_source.from_settings(settings)
             raise BadInput(
                 f"cannot {what}: no such version: {wanted} (tried: {source.tried()}); "
                 f"{source.hint()} (uv log: {log})"
             )
         raise BadInput(f"cannot {what}: no such version: {wanted} (uv log: {log})")
+    if "hash mismatch" in proc.stderr.lower():
+        raise EnvError(
+            f"cannot {what}: a hash in the lock does not match what was downloaded: {summary} "
+            f"(uv log: {log})",
+            exit_code=ExitCode.INTEGRITY,
+        )
     raise EnvError(f"cannot {what}: {summary} (uv log: {log})")
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from filelock import FileLock
 from packaging.utils import canonicalize_name
 
-from reprobox.core.settings import cache_dir
+from reprobox.core.settings import Settings
 from reprobox.envs import torch_source
 from reprobox.envs.uv import run_uv, uv_bin
 
@@ -52,6 +52,8 @@ def ensure_env(
     python: str,
     install_env: dict[str, str] | None = None,
     no_build_isolation: Sequence[str] = (),
+    *,
+    settings: Settings,
 ) -> Env:
     """Return the venv for `lock`, creating it (under a file lock) if it is not ready.
 
@@ -62,7 +64,7 @@ def ensure_env(
     """
     install_env = install_env or {}
     digest = env_hash(lock, python, install_env, no_build_isolation)
-    path = cache_dir() / "envs" / digest
+    path = settings.cache / "envs" / digest
     if (path / READY_MARKER).is_file():
         return Env(path, digest)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,32 +72,35 @@ def ensure_env(
         if (path / READY_MARKER).is_file():
             return Env(path, digest)
         shutil.rmtree(path, ignore_errors=True)
-        run_uv([uv_bin(), "venv", "--quiet", "--python", python, str(path)], what="create venv")
-        links = torch_args(lock.read_text())
+        venv = [uv_bin(), "venv", "--quiet", "--python", python, str(path)]
+        run_uv(venv, what="create venv", settings=settings)
+        links = torch_args(lock.read_text(), settings)
         pip = [uv_bin(), "pip", "--quiet"]
         target = ["--require-hashes", "--python", str(path / "bin" / "python"), *links]
         first, late = split_lock(lock.read_text(), no_build_isolation)
         parts = path.with_name(path.name + ".parts")
         parts.mkdir(exist_ok=True)
         (parts / "first.txt").write_text(first)
-        run_uv([*pip, "sync", *target, str(parts / "first.txt")], what="install", env=install_env)
+        sync = [*pip, "sync", *target, str(parts / "first.txt")]
+        run_uv(sync, what="install", env=install_env, settings=settings)
         if late:
             (parts / "late.txt").write_text(late)
             late_cmd = [*pip, "install", "--no-deps", "--no-build-isolation", *target]
-            run_uv([*late_cmd, "-r", str(parts / "late.txt")], what="install", env=install_env)
+            late_cmd += ["-r", str(parts / "late.txt")]
+            run_uv(late_cmd, what="install", env=install_env, settings=settings)
         shutil.rmtree(parts, ignore_errors=True)
         (path / READY_MARKER).write_text(lock.read_text())
     return Env(path, digest, created=True)
 
 
-def torch_args(lock_text: str) -> list[str]:
+def torch_args(lock_text: str, settings: Settings) -> list[str]:
     """The torch sources an install of this lock needs: a CPU build (`+cpu`) only lives on
     them; the default index's build (a GPU lock, the pypi flavour) must not be shadowed by
     a same-numbered local build from them."""
     torch = torch_source.pinned_torch(lock_text)
     if torch is None or torch.local is None:
         return []
-    return dataclasses.replace(torch_source.current(), flavour="cpu").uv_args()
+    return dataclasses.replace(torch_source.from_settings(settings), flavour="cpu").uv_args()
 
 
 def split_lock(text: str, late: Sequence[str]) -> tuple[str, str]:

@@ -63,6 +63,7 @@ class Prepared:
     lock_hash: str
     runner: str  # "venv", or the engine and image
     env_s: float
+    torch_source: str = ""  # where torch came from, in words without local paths
     handle: Any = None  # the back end's own (a venv, an image)
 
 

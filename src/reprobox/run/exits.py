@@ -9,8 +9,8 @@ any worker fails and print each failed worker in a "Failures" block of their log
       rank      : 1 (local_rank: 1)
       exitcode  : -11 (pid: 4242)
 
-so those ranks' statuses are read from there (workers the agent stopped itself are not
-listed, and stay unknown).
+so those ranks' statuses are read from there. Workers the agent stopped itself once the
+first one exited may be listed with -15 (SIGTERM); the judge knows that launchers do this.
 """
 
 from __future__ import annotations

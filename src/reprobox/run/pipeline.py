@@ -58,19 +58,26 @@ def lock_request(
 
 
 def lock_for(
-    repro: Repro, variant: str, platform: str = "cpu", overrides: dict[str, str] | None = None
+    repro: Repro,
+    variant: str,
+    platform: str = "cpu",
+    overrides: dict[str, str] | None = None,
+    *,
+    settings: Settings,
 ) -> Path:
-    """The committed lock when the variant runs at its own pins, else a cached one."""
+    """The committed lock when the variant runs at its own pins (in the CPU build of torch),
+    else a cached one (also the pypi flavour of torch, REPROBOX_TORCH_SOURCE=pypi)."""
     request = lock_request(repro, variant, platform, overrides)
     committed = lock_path(repro, variant, platform)
-    if not overrides and committed.is_file():
+    own_pins = not overrides and settings.torch_source != "pypi"
+    if own_pins and committed.is_file():
         if locks.lock_input_hash(committed) != request.input_hash:
             raise BadInput(
                 f"{committed.relative_to(repro.dir.parent.parent)} is stale: repro.toml changed "
                 f"since it was generated; run `nox -s lock -- {repro.name}`"
             )
         return committed
-    return locks.cached_lock(request)
+    return locks.cached_lock(request, settings)
 
 
 def env_inputs(repro: Repro, platform: str) -> tuple[str, dict[str, str], list[str]]:
@@ -78,9 +85,9 @@ def env_inputs(repro: Repro, platform: str) -> tuple[str, dict[str, str], list[s
     return repro.python(platform), repro.install_env(platform), repro.spec.env.no_build_isolation
 
 
-def ensure_env(repro: Repro, lock: Path, platform: str) -> venvs.Env:
+def ensure_env(repro: Repro, lock: Path, platform: str, *, settings: Settings) -> venvs.Env:
     """The repro's environment for `lock` on `platform`, created if needed."""
-    return venvs.ensure_env(lock, *env_inputs(repro, platform))
+    return venvs.ensure_env(lock, *env_inputs(repro, platform), settings=settings)
 
 
 # ---- the pipeline ---------------------------------------------------------------------------
@@ -124,6 +131,7 @@ def run_cells(
     cells: Iterable[Cell],
     backend: Backend,
     store: RecordStore,
+    settings: Settings,
     options: RunOptions = RunOptions(),
     on_start: Callable[[list[Cell]], None] | None = None,
     on_record: Callable[[Record], None] | None = None,
@@ -137,7 +145,7 @@ def run_cells(
     records: list[Record] = []
     try:
         for item in pending:
-            _prepare(repro, item, backend, options)
+            _prepare(repro, item, backend, settings, options)
             if item.open:
                 _preflight(repro, item, backend, options)
         ready = [item for item in pending if item.open]
@@ -154,41 +162,25 @@ def run_cells(
     return sorted(records, key=lambda r: order[id(r)])
 
 
-def run_cell(
-    root: Path,
-    repro: Repro,
-    cell: Cell,
-    options: RunOptions = RunOptions(),
-    *,
-    backend: Backend | None = None,
-    store: RecordStore | None = None,
-    settings: Settings | None = None,
-) -> Record:
-    """Run one cell on its own (on `options.platform`) and save its record, whatever
-    happens. Without a back end it runs in a venv."""
-    from reprobox.run.backends.venv import VenvBackend
-
-    settings = settings or Settings.from_env()
-    backend = backend or VenvBackend(settings)
-    store = store or RecordStore(settings.results)
-    return run_cells(repro, [cell.on(options.platform)], backend, store, options)[0]
-
-
 def _new_pending(repro: Repro, cell: Cell, store: RecordStore, options: RunOptions) -> Pending:
     run_dir = store.new_run_dir(repro.name, cell.slug, options.results_base)
     return Pending(cell, Record.for_cell(cell, run_dir), run_dir)
 
 
-def _prepare(repro: Repro, item: Pending, backend: Backend, options: RunOptions) -> None:
+def _prepare(
+    repro: Repro, item: Pending, backend: Backend, settings: Settings, options: RunOptions
+) -> None:
     with recording([item]):
         started = time.monotonic()
         lock = options.lock or lock_for(
-            repro, item.cell.variant, item.cell.platform, dict(item.cell.packages)
-        )
+            repro, item.cell.variant, item.cell.platform, dict(item.cell.packages),
+            settings=settings,
+        )  # fmt: skip
         item.record.lock = str(lock)
         item.prepared = backend.prepare(repro, item.cell, lock)
         item.record.lock_hash = item.prepared.lock_hash
         item.record.runner = item.prepared.runner
+        item.record.torch_source = item.prepared.torch_source
         item.record.env_s = time.monotonic() - started
 
 

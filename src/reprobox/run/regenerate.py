@@ -12,13 +12,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from reprobox.core import spec
+from reprobox.core.settings import Settings
 from reprobox.envs import locks
 from reprobox.run.dockerfile import dockerfile_path, render
 from reprobox.run.pipeline import lock_path, lock_request
 
 
 def regenerate(
-    root: Path,
+    settings: Settings,
     names: Sequence[str],
     check: bool,
     on_written: Callable[[Path], None] | None = None,
@@ -28,6 +29,7 @@ def regenerate(
 
     Every repro is loaded before anything is written, so a misspelt name or a malformed
     repro.toml changes no file. `on_written` hears of each file written."""
+    root = settings.root
     repros = [spec.load(root, name) for name in names]
     problems: list[str] = []
 
@@ -47,7 +49,7 @@ def regenerate(
                 path = lock_path(repro, variant, platform)
                 request = lock_request(repro, variant, platform)
                 if due(path, locks.lock_input_hash(path) == request.input_hash):
-                    locks.compile_lock(request, path)
+                    locks.compile_lock(request, path, settings)
                     wrote(path)
         path, text = dockerfile_path(root, repro), render(repro)
         if due(path, path.is_file() and path.read_text() == text):

@@ -118,6 +118,7 @@ def _import_cell(directory: Path, root: Path, store: RecordStore) -> Record:
         exits=launcher_exits(code, log),
         logs=run_dir,
         last_error=last_error([log]),
+        launcher_stops_peers=True,
     )
     judged = judge(repro.rules(cell.variant), cell.expect, cell.also_ok, run_dir / "result.json",
                    launched)  # fmt: skip

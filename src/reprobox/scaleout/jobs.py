@@ -62,25 +62,35 @@ def image_launch(repro: spec.Repro, variant: str) -> list[str]:
     return container_argv(repro, variant, [], rank_logs=False)
 
 
-def select_cells(root: Path, name: str, which: Which = "all", platform: str = "cpu") -> list[Cell]:
-    """The default cells, the matrix cells, or both (a version range needs the index)."""
+def select_cells(
+    root: Path,
+    name: str,
+    which: Which = "all",
+    platform: str = "cpu",
+    axes: matrix.VersionsInRange | None = None,
+) -> list[Cell]:
+    """The default cells, the matrix cells, or both (a version range needs `axes`)."""
     repro = spec.load(root, name)
     cells: list[Cell] = []
     if which in ("default", "all"):
         cells += matrix.default_cells(repro, platform=platform)
     if which in ("matrix", "all"):
-        from reprobox.envs.index import versions_in_range
-
-        cells += [c.on(platform) for c in matrix.matrix_cells(repro, versions_in_range)]
+        cells += [c.on(platform) for c in matrix.matrix_cells(repro, axes)]
     return cells
 
 
-def job_cells(root: Path, name: str, which: Which = "all", platform: str = "cpu") -> list[JobCell]:
+def job_cells(
+    root: Path,
+    name: str,
+    which: Which = "all",
+    platform: str = "cpu",
+    axes: matrix.VersionsInRange | None = None,
+) -> list[JobCell]:
     """Every selected cell of `name` as a job, indexed from 0 in a stable order."""
     repro = spec.load(root, name)
     repro.platform(platform)  # unknown platform: BadInput naming the ones it has
     jobs = []
-    for index, cell in enumerate(select_cells(root, name, which, platform)):
+    for index, cell in enumerate(select_cells(root, name, which, platform, axes)):
         launch = repro.launch(cell.variant)
         jobs.append(
             JobCell(
@@ -105,7 +115,9 @@ def has_gpu_image(root: Path, name: str) -> bool:
     return "gpu" in repro.spec.platforms and (root / "images" / name / "Dockerfile").is_file()
 
 
-def github_matrix(root: Path, listed: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def github_matrix(
+    root: Path, listed: Iterable[dict[str, Any]], axes: matrix.VersionsInRange | None = None
+) -> dict[str, Any]:
     """Turn `nox --json -l` output into GitHub Actions job matrices.
 
     `cpu`: one job per nox session (`nox -s "<session>"`). `gpu`: one job per cell of a repro
@@ -129,7 +141,7 @@ def github_matrix(root: Path, listed: Iterable[dict[str, Any]]) -> dict[str, Any
                             "gpus": repro.launch(variant).processes})  # fmt: skip
             continue
         if name not in known:
-            known[name] = sessions.session_cells(root, name)[1]
+            known[name] = sessions.session_cells(root, name, axes)[1]
         cell = next((c for c in known[name] if c.call_spec == call_spec), None)
         if cell is None:
             raise BadInput(f"nox session {entry['session']!r} is not a cell of {name} any more")

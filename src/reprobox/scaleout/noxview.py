@@ -14,6 +14,8 @@ from pathlib import Path
 from reprobox.core import cells as matrix
 from reprobox.core import spec
 from reprobox.core.errors import ReproboxError
+from reprobox.core.settings import Settings
+from reprobox.envs.index import IndexAxes, SimpleIndex
 
 DEFAULT_TAG = "default"
 MATRIX_TAG = "matrix"
@@ -28,19 +30,28 @@ class SessionCell:
     args: list[str] = field(default_factory=list)  # for `reprobox run <repro>`
 
 
-def session_cells(root: Path, name: str) -> tuple[list[str], list[SessionCell], str]:
+def index_axes() -> IndexAxes:
+    """Range axes resolved against the index this process's settings name (nox is an entry
+    point of its own: the settings are read here, once per noxfile)."""
+    return IndexAxes(SimpleIndex.from_settings(Settings.from_env()))
+
+
+def session_cells(
+    root: Path, name: str, ranges: matrix.VersionsInRange | None = None
+) -> tuple[list[str], list[SessionCell], str]:
     """(parameter names, cells, warning) for `repro_<name>`; the default cell comes first.
 
     A matrix whose version range cannot be resolved (no index reachable) leaves only the
-    default cell, with a warning, rather than breaking `nox -l` for every repro."""
+    default cell, with a warning, rather than breaking `nox -l` for every repro; releases a
+    range left out (yanked, pre-releases) are named in the warning too."""
     repro = spec.load(root, name)
     warning = ""
     try:
-        from reprobox.envs.index import versions_in_range
-
-        cells = matrix.matrix_cells(repro, versions_in_range)
+        cells = matrix.matrix_cells(repro, ranges)
     except ReproboxError as exc:
         cells, warning = [], f"matrix of {name} left out: {exc}"
+    if isinstance(ranges, IndexAxes) and ranges.notes():
+        warning = "; ".join(filter(None, [warning, *ranges.notes()]))
     axes = _axes(repro)
     names = ["repro", "variant", *axes]
     default = SessionCell(

@@ -36,8 +36,8 @@ from reprobox.run.backend import PLAN_FILE, RESULT_FILE, LaunchRequest, Prepared
 from reprobox.run.dockerfile import install_env_arg
 from reprobox.run.exits import last_error, launcher_exits
 from reprobox.run.launcher import collect_rank_logs
-from reprobox.run.layout import CACHE, IMAGE_UID, IN_IMAGE, OUT, case_out, container_argv
-from reprobox.run.pipeline import lock_for, plan_text
+from reprobox.run.layout import CACHE, IN_IMAGE, OUT, case_out, container_argv
+from reprobox.run.pipeline import plan_text
 
 BUILD_TIMEOUT_S = 3600
 
@@ -56,11 +56,21 @@ class Engine:
         return {"DOCKER_BUILDKIT": "1"} if self.name == "docker" else {}  # RUN --mount, secrets
 
     def out_mount(self, host_dir: Path, target: Path = OUT) -> list[str]:
-        """A host folder the image's (non-root) user can write."""
-        if self.name == "podman":
-            return ["-v", f"{host_dir}:{target}:U"]  # hands the folder to the image's user
-        os.chown(host_dir, IMAGE_UID, IMAGE_UID)
+        """A host folder the container may write, without handing it to the image's user
+        (no chown: a CI checkout must stay deletable by the runner). A non-root host user
+        runs the container as itself (`user_flags`); as root the folder is opened to the
+        image's user by its mode alone."""
+        if os.geteuid() == 0:
+            host_dir.chmod(host_dir.stat().st_mode | 0o777)
         return ["-v", f"{host_dir}:{target}"]
+
+    def user_flags(self) -> list[str]:
+        """Run as the host user where that user is not root, so what the container writes
+        is the host user's (rootless podman maps the user in with keep-id)."""
+        if os.geteuid() == 0:
+            return []
+        user = ["--user", f"{os.geteuid()}:{os.getegid()}"]
+        return ["--userns=keep-id", *user] if self.name == "podman" else user
 
     def gpu_flags(self) -> list[str]:
         return ["--gpus", "all"] if self.name == "docker" else ["--device", "nvidia.com/gpu=all"]
@@ -105,17 +115,13 @@ class ImageSpec:
         return hashlib.sha256(self.lock.read_bytes()).hexdigest()
 
 
-def image_spec(
-    root: Path, repro: Repro, variant: str, platform: str, lock: Path | None = None
-) -> ImageSpec:
-    """The image of a variant (at `lock`, default its committed lock): tagged by the hash of
-    everything that goes into it."""
+def image_spec(root: Path, repro: Repro, variant: str, platform: str, lock: Path) -> ImageSpec:
+    """The image of a variant at `lock`: tagged by the hash of everything that goes in."""
     dockerfile = root / "images" / repro.name / "Dockerfile"
     if not dockerfile.is_file():
         raise BadInput(f"{repro.name} has no image: images/{repro.name}/Dockerfile is missing")
     if variant not in repro.variants_on(platform):
         raise BadInput(f"variant {variant!r} of {repro.name} does not apply on {platform}")
-    lock = lock or lock_for(repro, variant, platform)
     digest = hashlib.sha256()
     for path in [lock, dockerfile, root / "images" / "install-lock.sh", *_tree(repro.dir),
                  *_tree(repro.fixes_dir)]:  # fmt: skip
@@ -140,6 +146,7 @@ def build(
     log_dir: Path,
     cache: Path | None = None,
     no_cache: bool = False,
+    wheels: tuple[str, ...] = (),
 ) -> bool:
     """Build the image unless it exists; True when built. The context holds only the lock,
     the wheels it names that no index serves, the repro, fixes/ and the installer."""
@@ -152,7 +159,7 @@ def build(
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / "build.log"
     with tempfile.TemporaryDirectory(prefix="reprobox-context-", dir=cache) as tmp:
-        context = _context(Path(tmp), spec)
+        context = _context(Path(tmp), spec, wheels)
         versions = " ".join(spec.repro.requirements(spec.variant, spec.platform))
         cmd = [engine.name, "build", "--target", spec.platform, "-f", str(spec.dockerfile),
                "-t", spec.tag, "--label", f"org.reprobox.versions={versions}"]  # fmt: skip
@@ -193,7 +200,7 @@ def build(
     return True
 
 
-def _context(directory: Path, spec: ImageSpec) -> Path:
+def _context(directory: Path, spec: ImageSpec, wheel_folders: tuple[str, ...]) -> Path:
     """Assemble the build context (see images/README.md)."""
     shutil.copy2(spec.lock, directory / "lock.txt")  # mtimes kept: buildah caches by them
     shutil.copy2(spec.dockerfile.parent.parent / "install-lock.sh", directory / "install-lock.sh")
@@ -204,7 +211,7 @@ def _context(directory: Path, spec: ImageSpec) -> Path:
     (directory / "tools").mkdir()
     _link(Path(uv.uv_bin()), directory / "tools" / "uv")
     pinned = lock_pins(spec.lock.read_text())
-    for folder in find_links() if spec.platform == "cpu" else ():
+    for folder in wheel_folders if spec.platform == "cpu" else ():
         for wheel in Path(folder).glob("*.whl"):
             try:
                 name, version, _, _ = parse_wheel_filename(wheel.name)
@@ -297,6 +304,7 @@ class ContainerBackend:
             ca_bundle=self.settings.ca_bundle,
             log_dir=logs,
             cache=self.settings.cache,
+            wheels=find_links(self.settings),
             no_cache=self.no_cache and spec.tag not in {t for t, _, _ in self.built},
         )
         self.built.append((spec.tag, built, time.monotonic() - started))
@@ -327,6 +335,7 @@ class ContainerBackend:
         out = request.log_dir
         out.mkdir(parents=True, exist_ok=True)
         cmd = [self.engine.name, "run", "--rm", "--name", name, "--shm-size", "1g",
+               *self.engine.user_flags(),
                *self.engine.out_mount(out), *self.engine.out_mount(cache, CACHE)]  # fmt: skip
         for index, case in enumerate(request.cases[1:], start=1):
             cmd += self.engine.out_mount(case.run_dir, case_out(index))
@@ -371,4 +380,5 @@ class ContainerBackend:
             wall_s=time.monotonic() - started,
             logs=request.lead.run_dir,
             last_error=last_error([log, *rank_logs]),
+            launcher_stops_peers=True,
         )

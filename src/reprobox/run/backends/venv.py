@@ -11,7 +11,7 @@ from reprobox.core.judge import Launched
 from reprobox.core.protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV
 from reprobox.core.settings import Settings, repro_cache
 from reprobox.core.spec import Repro
-from reprobox.envs import venvs
+from reprobox.envs import torch_source, venvs
 from reprobox.run import launcher
 from reprobox.run.backend import PLAN_FILE, LaunchRequest, Prepared
 from reprobox.run.exits import last_error, launcher_exits, rank_exits
@@ -28,12 +28,13 @@ class VenvBackend:
 
     def prepare(self, repro: Repro, cell: Cell, lock: Path) -> Prepared:
         started = time.monotonic()
-        env = venvs.ensure_env(lock, *env_inputs(repro, cell.platform))
+        env = venvs.ensure_env(lock, *env_inputs(repro, cell.platform), settings=self.settings)
         return Prepared(
             key=str(env.path),
             lock=lock,
             lock_hash=env.lock_hash,
             runner="venv",
+            torch_source=torch_source.from_settings(self.settings).describe(),
             env_s=time.monotonic() - started,
             handle=env,
         )
@@ -93,4 +94,5 @@ class VenvBackend:
             wall_s=outcome.wall_s,
             logs=request.lead.run_dir,
             last_error=last_error([outcome.log, *outcome.rank_logs]),
+            launcher_stops_peers=not harness_ranks,
         )
