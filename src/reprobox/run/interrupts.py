@@ -75,9 +75,9 @@ def urgent() -> bool:
 @contextmanager
 def shielded(raise_pending: bool) -> Iterator[None]:
     """Clean-up that no signal may interrupt: a signal arriving inside only makes it
-    `urgent()`. With `raise_pending` (no exception already on its way), the first such
-    signal is raised when the clean-up is done, so a timeout's clean-up still ends in the
-    interrupt the user asked for."""
+    `urgent()`. With `raise_pending` (no interrupt already on its way), the first such
+    signal is raised when the clean-up is done, so a timeout's clean-up (or a failed
+    start's) still ends in the interrupt the user asked for."""
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, _handler) for sig in HANDLED}

@@ -160,7 +160,7 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
     log = plan.log_dir / plan.log_name
     started = time.monotonic()
     procs: list[subprocess.Popen[bytes]] = []
-    timed_out = finished = False
+    timed_out = finished = interrupted = False
     with log.open("wb") as sink:
         sink.write(f"$ {' '.join(plan.argv())}\n".encode())
         sink.flush()
@@ -170,9 +170,13 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
             guard.watch(procs)
             timed_out = _wait(procs, started + plan.timeout, log, echo, guard)
             finished = True
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
         finally:
-            # No signal may cut this short; one that arrives makes it kill at once.
-            with interrupts.shielded(raise_pending=finished):
+            # No signal may cut this short; one that arrives makes it kill at once, and is
+            # raised after it unless an interrupt is already on its way.
+            with interrupts.shielded(raise_pending=not interrupted):
                 if timed_out or not finished:
                     _terminate(procs)
                 orphans = guard.close(procs)
