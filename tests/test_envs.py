@@ -3,6 +3,8 @@ creators of one environment that neither fail nor corrupt it."""
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -82,3 +84,89 @@ def test_split_lock_moves_whole_entries() -> None:
     assert late == "deepspeed==0.19.8 \\\n    --hash=sha256:aaa\n    # via -r -\n"
     assert "Torch==2.13.0+cpu" in first and "deepspeed==" not in first.replace("#   deep", "")
     assert venvs.split_lock(lock, []) == (lock, "")
+
+
+# ---- a ready environment is checked against its lock before it is reused (issue 11, item 9)
+
+
+def _fake_env(root: Path, dists: dict[str, tuple[str, list[str]]]) -> Path:
+    """A venv-shaped folder: each distribution's dist-info with a RECORD of its files."""
+    site = root / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    for name, (version, files) in dists.items():
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir()
+        record = [f"{name}-{version}.dist-info/RECORD,,", *(f"{f},sha256=x,1" for f in files)]
+        (info / "RECORD").write_text("\n".join(record) + "\n")
+        for relative in files:
+            (site / relative).parent.mkdir(parents=True, exist_ok=True)
+            (site / relative).write_text("")
+    return site
+
+
+LOCK_TEXT = textwrap.dedent("""\
+    # reprobox-lock input=abc
+    six==1.16.0 \\
+        --hash=sha256:aaa
+    torch==2.13.0+cpu \\
+        --hash=sha256:bbb
+        # via -r -
+""")
+
+
+def test_check_env_names_what_a_ready_environment_lost(tmp_path: Path) -> None:
+    site = _fake_env(
+        tmp_path, {"six": ("1.16.0", ["six.py"]), "torch": ("2.13.0+cpu", ["torch/__init__.py",
+                   "torch/lib/libtorch.so", "../../../bin/torchrun"])},
+    )  # fmt: skip
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    (tmp_path / "bin" / "torchrun").write_text("")
+    assert venvs.check_env(tmp_path, LOCK_TEXT) is None
+
+    (site / "torch" / "lib" / "libtorch.so").unlink()
+    assert venvs.check_env(tmp_path, LOCK_TEXT) == "torch lost torch/lib/libtorch.so"
+    (site / "torch" / "lib" / "libtorch.so").write_text("")
+    (tmp_path / "bin" / "torchrun").unlink()  # a script outside site-packages counts too
+    assert venvs.check_env(tmp_path, LOCK_TEXT) == "torch lost ../../../bin/torchrun"
+    (tmp_path / "bin" / "torchrun").write_text("")
+
+    (site / "six-1.16.0.dist-info").rename(site / "six-1.17.0.dist-info")
+    assert venvs.check_env(tmp_path, LOCK_TEXT) == "six 1.17.0 (the lock pins 1.16.0) installed"
+    (site / "six-1.17.0.dist-info").rename(site / "six-1.16.0.dist-info")
+    (site / "Extra_Pkg-1.0.dist-info").mkdir()  # installed by hand into the environment
+    assert venvs.check_env(tmp_path, LOCK_TEXT) == "extra-pkg installed but not in the lock"
+    shutil.rmtree(site / "Extra_Pkg-1.0.dist-info")
+    shutil.rmtree(site / "six-1.16.0.dist-info")
+    assert venvs.check_env(tmp_path, LOCK_TEXT) == "six not installed"
+
+
+def test_check_env_reads_quoted_record_paths(tmp_path: Path) -> None:
+    site = _fake_env(tmp_path, {"six": ("1.16.0", []), "torch": ("2.13.0+cpu", [])})
+    record = site / "six-1.16.0.dist-info" / "RECORD"
+    record.write_text(record.read_text() + '"odd,name.py",sha256=x,1\n')
+    assert venvs.check_env(tmp_path, LOCK_TEXT) == "six lost odd,name.py"
+    (site / "odd,name.py").write_text("")
+    assert venvs.check_env(tmp_path, LOCK_TEXT) is None
+
+
+@pytest.mark.e2e
+def test_a_ready_environment_that_lost_a_file_is_rebuilt(tmp_path: Path) -> None:
+    """Deleting a module from a ready venv used to give an ImportError on every run."""
+    settings = dataclasses.replace(Settings.from_env(), cache=tmp_path / "cache")
+    lock = locks.compile_lock(
+        locks.LockRequest(("six==1.16.0",), "3.11"), tmp_path / "six.txt", settings
+    )
+    env = venvs.ensure_env(lock, "3.11", settings=settings)
+    assert env.created and not env.repaired
+    assert not venvs.ensure_env(lock, "3.11", settings=settings).created  # reused as it is
+    site = venvs.site_packages(env.path)
+    assert site is not None
+    (site / "six.py").unlink()
+    venvs._CHECKED.clear()  # another harness process: it has not checked this one yet
+
+    again = venvs.ensure_env(lock, "3.11", settings=settings)
+    assert again.path == env.path and again.created
+    assert again.repaired == "six lost six.py"
+    done = subprocess.run([again.bin("python"), "-c", "import six; print(six.__version__)"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.stdout.strip() == "1.16.0", done.stderr

@@ -1,14 +1,17 @@
 """Virtual environments, content-addressed by their lock.
 
 Two variants, matrix cells or bisect probes with the same lock share one venv, and uv's
-cache makes a new one cheap.
+cache makes a new one cheap (and a rebuilt one: a ready venv that no longer matches its
+lock is rebuilt).
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import shutil
 from collections.abc import Sequence
@@ -16,8 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock
-from packaging.utils import canonicalize_name
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import InvalidVersion, Version
 
+from reprobox.core.errors import EnvError
 from reprobox.core.settings import Settings
 from reprobox.envs import torch_source
 from reprobox.envs.uv import run_uv, uv_bin
@@ -32,6 +38,8 @@ class Env:
     path: Path
     lock_hash: str
     created: bool = field(default=False, compare=False)
+    # Why a ready environment was rebuilt (it lost a file, a package was changed by hand).
+    repaired: str = field(default="", compare=False)
 
     def bin(self, name: str) -> Path:
         return self.path / "bin" / name
@@ -59,38 +67,194 @@ def ensure_env(
 
     A venv only counts once its marker is written, so one interrupted mid-install is rebuilt
     rather than trusted; concurrent runs wait for each other instead of installing twice.
+    A ready venv is checked against its lock before it is reused (`check_env`): one that lost
+    a file or had a package changed by hand is rebuilt (`Env.repaired` says why), not
+    trusted to fail every run with an ImportError.
     Packages in `no_build_isolation` (whose source build imports others from the lock, as
     deepspeed's imports torch) are installed last, against the venv.
     """
     install_env = install_env or {}
     digest = env_hash(lock, python, install_env, no_build_isolation)
     path = settings.cache / "envs" / digest
-    if (path / READY_MARKER).is_file():
+    problem = ready_problem(path, lock)
+    if problem is None:
         return Env(path, digest)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
-        if (path / READY_MARKER).is_file():
+        problem = ready_problem(path, lock)
+        if problem is None:
             return Env(path, digest)
-        shutil.rmtree(path, ignore_errors=True)
-        venv = [uv_bin(), "venv", "--quiet", "--python", python, str(path)]
-        run_uv(venv, what="create venv", settings=settings)
-        links = torch_args(lock.read_text(), settings)
-        pip = [uv_bin(), "pip", "--quiet"]
-        target = ["--require-hashes", "--python", str(path / "bin" / "python"), *links]
-        first, late = split_lock(lock.read_text(), no_build_isolation)
-        parts = path.with_name(path.name + ".parts")
-        parts.mkdir(exist_ok=True)
-        (parts / "first.txt").write_text(first)
-        sync = [*pip, "sync", *target, str(parts / "first.txt")]
-        run_uv(sync, what="install", env=install_env, settings=settings)
-        if late:
-            (parts / "late.txt").write_text(late)
-            late_cmd = [*pip, "install", "--no-deps", "--no-build-isolation", *target]
-            late_cmd += ["-r", str(parts / "late.txt")]
-            run_uv(late_cmd, what="install", env=install_env, settings=settings)
-        shutil.rmtree(parts, ignore_errors=True)
+        _install(path, lock, python, install_env, no_build_isolation, settings)
+        after = check_env(path, lock.read_text())
+        if after is not None:
+            raise EnvError(
+                f"the environment {path} is incomplete right after installing {lock.name}: "
+                f"{after}; remove it (rm -rf {path}) and run again"
+            )
         (path / READY_MARKER).write_text(lock.read_text())
-    return Env(path, digest, created=True)
+    _CHECKED.add((path, _marker_stamp(path)))
+    repaired = "" if problem == _NOT_READY else problem
+    return Env(path, digest, created=True, repaired=repaired)
+
+
+def _install(
+    path: Path,
+    lock: Path,
+    python: str,
+    install_env: dict[str, str],
+    no_build_isolation: Sequence[str],
+    settings: Settings,
+) -> None:
+    """Create the venv at `path` afresh and install the lock into it (no marker yet)."""
+    shutil.rmtree(path, ignore_errors=True)
+    venv = [uv_bin(), "venv", "--quiet", "--python", python, str(path)]
+    run_uv(venv, what="create venv", settings=settings)
+    links = torch_args(lock.read_text(), settings)
+    pip = [uv_bin(), "pip", "--quiet"]
+    target = ["--require-hashes", "--python", str(path / "bin" / "python"), *links]
+    first, late = split_lock(lock.read_text(), no_build_isolation)
+    parts = path.with_name(path.name + ".parts")
+    parts.mkdir(exist_ok=True)
+    (parts / "first.txt").write_text(first)
+    sync = [*pip, "sync", *target, str(parts / "first.txt")]
+    run_uv(sync, what="install", env=install_env, settings=settings)
+    if late:
+        (parts / "late.txt").write_text(late)
+        late_cmd = [*pip, "install", "--no-deps", "--no-build-isolation", *target]
+        late_cmd += ["-r", str(parts / "late.txt")]
+        run_uv(late_cmd, what="install", env=install_env, settings=settings)
+    shutil.rmtree(parts, ignore_errors=True)
+
+
+# ---- is a ready environment still what its lock installed? ----------------------------------
+
+_NOT_READY = "not built yet (or its install was interrupted)"
+# (env, marker mtime) checked by this process: a batch of cells, a bisect's probes sharing one
+# environment check it once.
+_CHECKED: set[tuple[Path, float]] = set()
+
+
+def _marker_stamp(path: Path) -> float:
+    try:
+        return (path / READY_MARKER).stat().st_mtime
+    except OSError:
+        return -1.0
+
+
+def ready_problem(path: Path, lock: Path) -> str | None:
+    """None when the venv at `path` is ready for `lock` and intact; else why it is not."""
+    stamp = _marker_stamp(path)
+    if stamp < 0:
+        return _NOT_READY
+    if (path, stamp) in _CHECKED:
+        return None
+    problem = check_env(path, lock.read_text())
+    if problem is None:
+        _CHECKED.add((path, stamp))
+    return problem
+
+
+def lock_pins(text: str) -> dict[NormalizedName, Version]:
+    """The exact version of every distribution a hashed lock installs."""
+    pins: dict[NormalizedName, Version] = {}
+    for line in text.splitlines():
+        if not line.strip() or line[0] in " #-":
+            continue
+        try:
+            requirement = Requirement(line.rstrip(" \\"))
+        except InvalidRequirement:
+            continue
+        for spec in requirement.specifier:
+            if spec.operator == "==":
+                try:
+                    pins[canonicalize_name(requirement.name)] = Version(spec.version)
+                except InvalidVersion:
+                    continue
+    return pins
+
+
+def site_packages(path: Path) -> Path | None:
+    """The venv's site-packages folder (None: the venv has none)."""
+    found = sorted((path / "lib").glob("python*/site-packages"))
+    return found[0] if found else None
+
+
+def installed(site: Path) -> dict[NormalizedName, tuple[Version | None, Path]]:
+    """Distributions installed in `site`, from their `*.dist-info` folder names (no file
+    is read: the wheel spec writes name and version into the folder's name)."""
+    found: dict[NormalizedName, tuple[Version | None, Path]] = {}
+    for entry in os.scandir(site):
+        if not entry.name.endswith(".dist-info"):
+            continue
+        name, _, version = entry.name[: -len(".dist-info")].partition("-")
+        try:
+            parsed: Version | None = Version(version)
+        except InvalidVersion:
+            parsed = None
+        found[canonicalize_name(name)] = (parsed, Path(entry.path))
+    return found
+
+
+def check_env(path: Path, lock_text: str) -> str | None:
+    """Why the venv at `path` no longer holds what `lock_text` installs, in a few words, or
+    None: every pinned distribution installed at its pinned version, nothing else, and every
+    file their RECORDs list still there (a lost file would otherwise be an ImportError on
+    every run). Costs a directory listing and a stat per installed file (about 0.1 s for a
+    25,000-file torch environment)."""
+    site = site_packages(path)
+    if site is None:
+        return "it has no site-packages folder"
+    pins = lock_pins(lock_text)
+    have = installed(site)
+    missing = sorted(name for name in pins if name not in have)
+    if missing:
+        return f"{_few(missing)} not installed"
+    changed = [
+        f"{name} {version} (the lock pins {pins[name]})"
+        for name, (version, _) in sorted(have.items())
+        if name in pins and version != pins[name]
+    ]
+    if changed:
+        return f"{_few(changed)} installed"
+    extra = sorted(name for name in have if name not in pins)
+    if extra:
+        return f"{_few(extra)} installed but not in the lock"
+    for name, (_, dist_info) in sorted(have.items()):
+        lost = _lost_files(site, dist_info)
+        if lost:
+            return f"{name} lost {lost}"
+    return None
+
+
+def _lost_files(site: Path, dist_info: Path) -> str | None:
+    """The first file a distribution's RECORD lists that is gone (or the RECORD itself)."""
+    base = str(site)
+    try:
+        text = (dist_info / "RECORD").read_text(errors="replace")
+    except OSError:
+        return f"{dist_info.name}/RECORD"
+    for line in text.splitlines():
+        # RECORD is CSV: path,hash,size; a path with a comma is quoted (rare: then parsed).
+        relative = line.rsplit(",", 2)[0] if not line.startswith('"') else _csv_path(line)
+        if not relative:
+            continue
+        try:
+            os.stat(os.path.join(base, relative))
+        except FileNotFoundError:
+            return os.path.normpath(relative)
+        except OSError:
+            continue
+    return None
+
+
+def _csv_path(line: str) -> str:
+    row = next(csv.reader([line]), [])
+    return row[0] if row else ""
+
+
+def _few(items: Sequence[str]) -> str:
+    shown = ", ".join(items[:3])
+    return shown + (f" and {len(items) - 3} more" if len(items) > 3 else "")
 
 
 def torch_args(lock_text: str, settings: Settings) -> list[str]:
