@@ -128,6 +128,10 @@ def test_kill_9_of_the_harness_leaves_nothing(
         harness.kill()
         harness.communicate()
     assert _wait_until(lambda: _leftovers(stubborn_root) == [], 5), _leftovers(stubborn_root)
+    # nothing of the harness ran after the kill, yet the cell says what happened to it
+    record = _record(stubborn_root, variant)
+    assert record["status"] == "error" and record["verdict"] is None
+    assert record["reason"].startswith("no verdict was recorded for this launch"), record
 
 
 def test_a_daemon_that_clears_its_environment_does_not_outlive_the_run(

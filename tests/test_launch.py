@@ -317,11 +317,10 @@ def test_the_next_launch_sweeps_runs_whose_harness_died(
 ) -> None:
     """Belt and braces behind the watchdog: a run whose harness is dead (and whose watchdog
     did not finish either) is swept by the next launch, by its run id."""
-    monkeypatch.setenv("REPROBOX_CACHE", str(tmp_path / "cache"))
     token = f"reprobox-test-stale-{time.time_ns()}"
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    runs = launch.runs_dir()
+    runs = tmp_path / "cache" / "runs"
     runs.mkdir(parents=True)
     stale = {"run_id": "stale" + token[-8:], "harness": dead.pid, "started": time.time() - 60}
     (runs / f"{stale['run_id']}.json").write_text(json.dumps(stale))
@@ -335,7 +334,7 @@ def test_the_next_launch_sweeps_runs_whose_harness_died(
         for run in (stale, live)
     ]
     try:
-        outcome = launch.run(_plan(tmp_path, bin_dir, "print('hi')"))
+        outcome = launch.run(_plan(tmp_path, bin_dir, "print('hi')", registry=runs))
         assert outcome.returncode == 0
         assert orphans[0].wait(timeout=5) == -signal.SIGKILL  # the dead harness's: killed
         assert orphans[1].poll() is None  # a live harness's: left alone

@@ -13,6 +13,7 @@ from rich.console import Console
 from reprobox.cli import ui
 from reprobox.core.cells import Cell
 from reprobox.core.records import Record
+from reprobox.core.settings import Settings
 
 LABEL = "broken[transformers=4.44.2]"
 REASON = "rank 1 exited 1; see [/tmp/results/rank1.log] :warning: [bold]"
@@ -128,10 +129,11 @@ def test_auto_is_plain_off_a_terminal(screen: io.StringIO) -> None:
 
 
 def test_auto_is_rich_at_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CI", raising=False)
     monkeypatch.setattr(ui, "out", Console(file=io.StringIO(), force_terminal=True))
+    monkeypatch.setattr(ui, "_ci", False)
+    ui.configure(Settings.from_env({}))
     assert ui.table_format("auto") == "rich"
-    monkeypatch.setenv("CI", "true")  # a CI log is read later, in any width
+    ui.configure(Settings.from_env({"CI": "true"}))  # a CI log is read later, in any width
     assert ui.table_format("auto") == "plain"
     with pytest.raises(ValueError, match="unknown table format 'html'"):
         ui.table_format("html")

@@ -15,6 +15,7 @@ wrong release. The log keeps everything measured before the stop.
 from __future__ import annotations
 
 import hashlib
+import signal
 import json
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +31,7 @@ from reprobox.bisect.log import ProbeLog
 from reprobox.bisect.search import SearchError
 from reprobox.bisect.summary import LOG_FILE, ProbeEntry
 from reprobox.core.cells import Cell
-from reprobox.core.errors import BadInput, ExitCode, ReproboxError
+from reprobox.core.errors import BadInput, ExitCode, ReproboxError, Terminated
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
@@ -240,7 +241,9 @@ def classify(record: Record) -> Outcome:
     if record.exit_code == ExitCode.ENV_FAILED:
         return Outcome("skip", None, record.reason, where, wall)
     if record.exit_code in INTERRUPT_CODES:
-        raise KeyboardInterrupt
+        # The same interrupt the run met, so the bisect ends with its code (130/129/143).
+        signum = {129: signal.SIGHUP, 143: signal.SIGTERM}.get(record.exit_code)
+        raise KeyboardInterrupt if signum is None else Terminated(signum)
     return Outcome("error", None, record.reason, where, wall, exit_code=record.exit_code)
 
 

@@ -22,6 +22,7 @@ from rich.text import Text
 
 from reprobox.core.cells import Cell
 from reprobox.core.records import Record
+from reprobox.core.settings import Settings
 
 if TYPE_CHECKING:
     from reprobox.bisect.summary import BisectSummary, ProbeEntry
@@ -38,9 +39,18 @@ _VERDICT_COLUMNS = ("repro", "cell", "expected", "verdict", "status", "decided b
 _TALLY_ORDER = ("clean", "reproduced", "cannot_test", "error")
 
 
+_ci = bool(os.environ.get("CI"))  # until `configure` is told (the CLI does, at its edge)
+
+
+def configure(settings: Settings) -> None:
+    """Take the process's settings (under CI: plain lines, no live progress)."""
+    global _ci
+    _ci = settings.ci
+
+
 def interactive() -> bool:
     """Live progress only for a person at a terminal, never in CI logs."""
-    return console.is_terminal and not os.environ.get("CI")
+    return console.is_terminal and not _ci
 
 
 def error(message: str) -> None:
@@ -176,7 +186,7 @@ def table_format(requested: str = "auto") -> TableFormat:
         raise ValueError(f"unknown table format {requested!r}; one of {', '.join(TABLE_FORMATS)}")
     if requested != "auto":
         return cast(TableFormat, requested)
-    return "rich" if out.is_terminal and not os.environ.get("CI") else "plain"
+    return "rich" if out.is_terminal and not _ci else "plain"
 
 
 def verdict_rows(records: Iterable[Record]) -> list[tuple[str, ...]]:

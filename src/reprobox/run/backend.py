@@ -16,7 +16,8 @@ from reprobox.core.spec import LaunchSection, Repro
 
 RESULT_FILE = "result.json"
 PLAN_FILE = "plan.json"
-PREFLIGHT_DIR = "preflight"
+PREFLIGHT_DIR = "preflight"  # a container's preflight writes into a folder of its own
+PREFLIGHT_LOG = "preflight.log"  # a venv preflight's output, beside the launch's
 
 
 @dataclass(frozen=True)

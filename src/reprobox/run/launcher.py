@@ -42,7 +42,6 @@ from typing import BinaryIO, TextIO
 
 import psutil
 
-from reprobox.core import settings
 from reprobox.core.errors import LaunchError
 from reprobox.core.spec import check_timeout
 from reprobox.run import interrupts, watchdog
@@ -80,6 +79,7 @@ class LaunchPlan:
     port: int = 0
     rank_logs: bool = True  # ask the launcher for per-rank logs (see collect_rank_logs)
     log_name: str = "launch.log"  # the launcher's output, in log_dir
+    registry: Path | None = None  # the folder of live runs (stale ones are swept at start)
 
     def argv(self) -> list[str]:
         """The command line a person would type (also what the report quotes)."""
@@ -153,7 +153,8 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
     (KeyboardInterrupt, `Terminated`) kills it all and propagates."""
     check_timeout(plan.timeout, "launch timeout")
     plan.log_dir.mkdir(parents=True, exist_ok=True)
-    sweep_stale_runs()
+    if plan.registry is not None:
+        sweep_stale_runs(plan.registry)
     run_id = uuid.uuid4().hex
     env = child_env({**plan.env, RUN_ID_ENV: run_id})
     env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(plan.port)
@@ -164,7 +165,7 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
     with log.open("wb") as sink:
         sink.write(f"$ {' '.join(plan.argv())}\n".encode())
         sink.flush()
-        guard = _Guard(run_id)
+        guard = _Guard(run_id, plan.registry)
         try:
             procs = _start(plan, env, sink, watched=guard.watched)
             guard.watch(procs)
@@ -348,12 +349,12 @@ class _Guard:
     """What makes sure one launch leaves nothing behind, whatever happens to the harness:
     the registry entry, the watchdog, the tracked process tree."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, registry: Path | None) -> None:
         self.launch = watchdog.LaunchProcesses(run_id)
         self._before = set(_children(os.getpid()))
         self._own = (os.getpgrp(), os.getsid(0))
         self._tracked_at = 0.0
-        self._entry = _register(run_id)
+        self._entry = _register(run_id, registry) if registry is not None else None
         env = {k: v for k, v in os.environ.items() if k != RUN_ID_ENV}
         registry = [str(self._entry)] if self._entry is not None else []
         try:
@@ -524,16 +525,11 @@ def _started(pid: int) -> float | None:
 _PROC_CHILDREN = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
 
 
-def runs_dir() -> Path:
-    """The registry of live runs: one file per run id, naming the harness that owns it."""
-    return settings.cache_dir() / "runs"
-
-
-def _register(run_id: str) -> Path | None:
+def _register(run_id: str, registry: Path) -> Path | None:
     """Note the run as live, owned by this process; None when the cache folder is not
     writable (a full disk must not stop the launch: the watchdog still guards it)."""
     me = psutil.Process()
-    entry = runs_dir() / f"{run_id}.json"
+    entry = registry / f"{run_id}.json"
     tmp = entry.with_name(f".{entry.name}.tmp")
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
@@ -547,11 +543,10 @@ def _register(run_id: str) -> Path | None:
     return entry
 
 
-def sweep_stale_runs(folder: Path | None = None) -> int:
+def sweep_stale_runs(folder: Path) -> int:
     """Kill the processes of runs whose harness is dead, and forget those runs; how many
     processes were killed. The watchdog normally does this the moment the harness dies;
     this catches what it could not (it was killed too, or the machine was out of memory)."""
-    folder = runs_dir() if folder is None else folder
     killed = 0
     for entry in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:

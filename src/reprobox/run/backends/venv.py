@@ -13,7 +13,7 @@ from reprobox.core.settings import Settings, repro_cache
 from reprobox.core.spec import Repro
 from reprobox.envs import torch_source, venvs
 from reprobox.run import launcher
-from reprobox.run.backend import PLAN_FILE, LaunchRequest, Prepared
+from reprobox.run.backend import PLAN_FILE, PREFLIGHT_LOG, LaunchRequest, Prepared
 from reprobox.run.exits import last_error, launcher_exits, rank_exits
 from reprobox.run.pipeline import env_inputs, plan_text
 
@@ -46,9 +46,7 @@ class VenvBackend:
         cache = str(repro_cache(self.settings, request.repro.name))
         protocol = {RESULT_ENV: str(lead.result)}
         args = list(lead.args)
-        if request.preflight is not None:
-            args += request.preflight
-        elif len(request.cases) > 1:
+        if len(request.cases) > 1 and request.preflight is None:
             plan_file = lead.run_dir / PLAN_FILE
             plan_file.write_text(plan_text(request, [str(c.result) for c in request.cases]))
             protocol, args = {PLAN_ENV: str(plan_file)}, []
@@ -60,21 +58,24 @@ class VenvBackend:
             "PATH": os.pathsep.join([str(env.path / "bin"), os.environ.get("PATH", "")]),
             "VIRTUAL_ENV": str(env.path),
         }
-        preflight = request.preflight is not None
-        return launcher.LaunchPlan(
-            launcher="python" if preflight else spec.launcher,
+        plan = launcher.LaunchPlan(
+            launcher=spec.launcher,
             bin_dir=env.path / "bin",
-            processes=1 if preflight else spec.processes,
+            processes=spec.processes,
             script=request.repro.script,
             script_args=args,
             timeout=request.timeout,
-            log_dir=request.log_dir,
+            log_dir=lead.run_dir,
             cwd=lead.run_dir,
             env=run_env,
-            launcher_args=[] if preflight else spec.args,
-            config=(request.repro.dir / spec.config) if spec.config and not preflight else None,
+            launcher_args=spec.args,
+            config=(request.repro.dir / spec.config) if spec.config else None,
             port=launcher.free_port(),
+            registry=self.settings.cache / "runs",
         )
+        if request.preflight is not None:
+            return launcher.one_process(plan, request.preflight, PREFLIGHT_LOG)
+        return plan
 
     def command(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
         return self.plan(prepared, request).argv()
