@@ -313,7 +313,7 @@ def _write_current_locks(root: Path) -> list[Path]:
         path = lock_path(repro, variant, "cpu")
         path.parent.mkdir(parents=True, exist_ok=True)
         request = lock_request(repro, variant, "cpu")
-        path.write_text(f"{locks.LOCK_HEADER}{request.input_hash}\n")
+        path.write_text(locks.header_line(request.input_hash, b"") + "\n")
         written.append(path)
     return written
 

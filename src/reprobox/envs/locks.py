@@ -1,7 +1,11 @@
-"""Locks: `uv pip compile --generate-hashes` output headed by the hash of its inputs.
+"""Locks: `uv pip compile --generate-hashes` output headed by the hash of its inputs and the
+hash of its own body.
 
 A stale lock is caught without touching the network; a lock for an override (a matrix cell, a
-bisect probe) is resolved once into the cache.
+bisect probe) is resolved once into the cache. The header's first line,
+`# reprobox-lock input=<inputs> body=<sha256>`, covers everything below it: a lock edited
+by hand (a pin or a hash changed, its header kept) or corrupted is an integrity error
+wherever it is used (`check_body`), never installed.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,13 +21,14 @@ from filelock import FileLock
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from reprobox.core.errors import EnvError
+from reprobox.core.errors import BadInput, EnvError, ExitCode
 from reprobox.core.files import atomic_write
 from reprobox.core.settings import Settings
 from reprobox.envs import torch_source
 from reprobox.envs.uv import run_uv, uv_bin
 
 LOCK_HEADER = "# reprobox-lock input="
+_HEADER = re.compile(r"# reprobox-lock input=(?P<input>\S+)(?: body=(?P<body>[0-9a-f]{64}))?\s*")
 # Locks target Linux x86-64 so a lock regenerates the same anywhere (the images run there too).
 PLATFORM_TAGS = {"cpu": "x86_64-manylinux_2_28", "gpu": "x86_64-manylinux_2_28"}
 
@@ -56,13 +62,59 @@ class LockRequest:
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _header(lock: Path) -> re.Match[str] | None:
+    try:
+        with lock.open(encoding="utf-8", errors="replace") as handle:
+            first = handle.readline()
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+    return _HEADER.fullmatch(first.rstrip("\n"))
+
+
 def lock_input_hash(lock: Path) -> str | None:
     """The input hash a lock was generated from, or None if it has no reprobox header."""
-    try:
-        first = lock.read_text().splitlines()[0]
-    except (FileNotFoundError, IndexError):
-        return None
-    return first[len(LOCK_HEADER) :].strip() if first.startswith(LOCK_HEADER) else None
+    header = _header(lock)
+    return header["input"] if header else None
+
+
+def body_hash(body: bytes) -> str:
+    """The sha256 of a lock's body: every byte below its first line."""
+    return hashlib.sha256(body).hexdigest()
+
+
+def header_line(input_hash: str, body: bytes) -> str:
+    """The first line of a lock: its inputs' hash and its body's."""
+    return f"{LOCK_HEADER}{input_hash} body={body_hash(body)}"
+
+
+def body_problem(lock: Path) -> str | None:
+    """Why a lock's body cannot be trusted (`no body hash`, `edited or corrupt`), or None."""
+    data = lock.read_bytes()
+    first, _, body = data.partition(b"\n")
+    header = _HEADER.fullmatch(first.decode("utf-8", errors="replace"))
+    if header is None:
+        return "no reprobox header"
+    if header["body"] is None:
+        return "no body hash (written before locks carried one)"
+    if header["body"] != body_hash(body):
+        return "its body does not match the hash in its header (edited by hand, or corrupt)"
+    return None
+
+
+def check_body(lock: Path, shown: str | None = None) -> None:
+    """Refuse a lock whose body is not the one its header names: a mismatch is an integrity
+    error (exit 6: never a skip, a bisect stops on it); a lock with no body hash yet is
+    bad input (regenerate it)."""
+    problem = body_problem(lock)
+    if problem is None:
+        return
+    name = shown or str(lock)
+    if problem.startswith("its body"):
+        raise EnvError(
+            f"{name}: {problem}; regenerate it with `nox -s lock` (or restore it from git)",
+            exit_code=ExitCode.INTEGRITY,
+        )
+    raise BadInput(f"{name}: {problem}; regenerate it with `nox -s lock`")
 
 
 def compile_lock(request: LockRequest, dest: Path, settings: Settings) -> Path:
@@ -93,7 +145,6 @@ def compile_lock(request: LockRequest, dest: Path, settings: Settings) -> Path:
     if request.platform == "cpu" and not pypi:
         _check_cpu_torch(proc.stdout, source)
     header = [
-        f"{LOCK_HEADER}{request.input_hash}",
         f"# python {request.python}, platform {request.platform}"
         + (f", as of {request.exclude_newer}" if request.exclude_newer else "")
         + "".join(f", {p} as of {d}" for p, d in request.exclude_newer_packages)
@@ -101,7 +152,9 @@ def compile_lock(request: LockRequest, dest: Path, settings: Settings) -> Path:
         *(f"#   {req}" for req in request.requirements),
         "# Regenerate with: nox -s lock",
     ]
-    return atomic_write(dest, "\n".join(header) + "\n" + proc.stdout)
+    body = ("\n".join(header) + "\n" + proc.stdout).encode()
+    body += b"" if body.endswith(b"\n") else b"\n"  # as atomic_write ends it
+    return atomic_write(dest, header_line(request.input_hash, body) + "\n" + body.decode())
 
 
 def for_torch_source(request: LockRequest, flavour: str) -> LockRequest:
@@ -141,12 +194,19 @@ def _without_local(requirement: str) -> str:
 
 def cached_lock(request: LockRequest, settings: Settings) -> Path:
     """A lock for `request` from the cache, resolved once (for cells and probes), in the torch
-    flavour the settings ask for (`for_torch_source`)."""
+    flavour the settings ask for (`for_torch_source`). One cached before locks carried a body
+    hash is resolved again; one whose body no longer matches its hash is refused."""
     request = for_torch_source(request, settings.torch_source)
     dest = settings.cache / "locks" / f"{request.input_hash}.txt"
-    if lock_input_hash(dest) == request.input_hash:
-        return dest
-    with FileLock(str(dest) + ".lock"):
-        if lock_input_hash(dest) != request.input_hash:
-            compile_lock(request, dest, settings)
+    if not _cached_current(dest, request):
+        with FileLock(str(dest) + ".lock"):
+            if not _cached_current(dest, request):
+                compile_lock(request, dest, settings)
+    check_body(dest)
     return dest
+
+
+def _cached_current(dest: Path, request: LockRequest) -> bool:
+    """Whether the cached lock was resolved for `request` and carries a body hash."""
+    header = _header(dest)
+    return header is not None and header["input"] == request.input_hash and bool(header["body"])

@@ -71,11 +71,13 @@ def lock_for(
     committed = lock_path(repro, variant, platform)
     own_pins = not overrides and settings.torch_source != "pypi"
     if own_pins and committed.is_file():
+        shown = str(committed.relative_to(repro.dir.parent.parent))
         if locks.lock_input_hash(committed) != request.input_hash:
             raise BadInput(
-                f"{committed.relative_to(repro.dir.parent.parent)} is stale: repro.toml changed "
+                f"{shown} is stale: repro.toml changed "
                 f"since it was generated; run `nox -s lock -- {repro.name}`"
             )
+        locks.check_body(committed, shown)  # edited with its header kept: integrity error
         return committed
     return locks.cached_lock(request, settings)
 
