@@ -36,7 +36,7 @@ def ppo_root(scratch_root: Path) -> Path:
 
 def _pod_output(root: Path, out: Path, variant: str, result: dict, code: int) -> Path:
     cell = next(c for c in jobs.job_cells(root, "ppo", "default", "cpu") if c.variant == variant)
-    folder = out / str(cell.index)
+    folder = out / cell.repro / cell.slug  # where the pod writes: /out/<repro>/<cell slug>
     folder.mkdir(parents=True)
     (folder / "cell.json").write_text(json.dumps(cell.to_json()))
     (folder / "result.json").write_text(json.dumps(result))
@@ -107,3 +107,37 @@ def test_a_pod_folder_cannot_plant_links_or_paths(ppo_root: Path, tmp_path: Path
     assert not (run_dir / "launch.log").exists()
     assert not list(tmp_path.rglob("escaped"))
     assert all("hunter2" not in p.read_text() for p in run_dir.iterdir())
+
+
+def test_a_kubectl_cp_copy_of_one_repro_is_collected(ppo_root: Path, tmp_path: Path) -> None:
+    """`kubectl cp <collector>:/out/ppo pulled` gives the cell folders at the top: the same
+    tree one level down. The pod's start time is read from its cell.json, checked."""
+    result = {"schema": 1, "variant": "fixed", "verdict": "clean", "reason": "",
+              "metrics": {"max_abs_kl_step0": 0.0}}  # fmt: skip
+    folder = _pod_output(ppo_root, tmp_path / "claim", "fixed", result, 0)
+    cell = json.loads((folder / "cell.json").read_text())
+    (folder / "cell.json").write_text(json.dumps({**cell, "started_at": "2026-10-01T08:00:00Z"}))
+    pulled = tmp_path / "claim" / "ppo"  # as kubectl cp leaves it
+    [record] = collect(pulled, ppo_root, RecordStore(ppo_root / "results")).records
+    assert (record.verdict, record.started_at) == ("clean", "2026-10-01T08:00:00Z")
+    (folder / "cell.json").write_text(json.dumps({**cell, "started_at": "yesterday"}))
+    [record] = collect(pulled, ppo_root, RecordStore(ppo_root / "results")).records
+    assert record.started_at != "yesterday" and record.started_at.endswith("Z")
+
+
+def test_a_pod_folder_that_is_not_its_cells_or_too_big_is_skipped(
+    ppo_root: Path, tmp_path: Path
+) -> None:
+    result = {"schema": 1, "variant": "fixed", "verdict": "clean", "reason": "",
+              "metrics": {"max_abs_kl_step0": 0.0}}  # fmt: skip
+    folder = _pod_output(ppo_root, tmp_path / "out" / "a", "fixed", result, 0)
+    folder.rename(folder.with_name("cpu-broken"))  # fixed's output posing as broken's
+    big = _pod_output(ppo_root, tmp_path / "out" / "b", "broken", result, 0)
+    cell = json.loads((big / "cell.json").read_text())
+    (big / "cell.json").write_text(json.dumps({**cell, "pad": "x" * (2 * 2**20)}))
+    found = collect(tmp_path / "out", ppo_root, RecordStore(ppo_root / "results"))
+    assert found.records == []
+    assert sorted(line.split(": ", 1)[1] for line in found.skipped) == [
+        "cell.json is larger than 1024 KiB",
+        "cell.json is of cell cpu-fixed, not of this folder",
+    ]

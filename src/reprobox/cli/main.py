@@ -230,6 +230,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     image.add_argument("--engine", choices=["podman", "docker"], help="default: whichever works")
     image.add_argument("--no-cache", action="store_true", help="rebuild every layer")
+    image.add_argument(
+        "--push",
+        metavar="REGISTRY",
+        help="push each image to REGISTRY/<repro> and record its digest for `reprobox k8s` "
+        "(oci:DIR: a local OCI layout, podman only)",
+    )
+    image.add_argument(
+        "--memory",
+        help="memory bound of each --run container, e.g. 16g (default: 4g per rank + 1g)",
+    )
     _format_argument(image)
     image.set_defaults(handler=cmd_image)
 
@@ -474,14 +484,20 @@ def cmd_image(args: argparse.Namespace) -> int:
     repro = spec.load(settings.root, args.repro)
     cells = _cells(repro, args)
     backend = container.ContainerBackend(
-        settings, container.find_engine(args.engine), base=args.base, no_cache=args.no_cache
-    )
-    if not args.run:
+        settings, container.find_engine(args.engine), base=args.base, no_cache=args.no_cache,
+        memory=args.memory,
+    )  # fmt: skip
+    if not args.run or args.push:
         for cell in cells:
             lock = workflow.lock_for(
                 repro, cell.variant, cell.platform, dict(cell.packages), settings=settings
             )
-            backend.prepare(repro, cell, lock)
+            prepared = backend.prepare(repro, cell, lock)
+            if args.push:
+                pushed = container.push(backend.engine, prepared.handle, args.push,
+                                        settings.results)  # fmt: skip
+                ui.info(f"pushed {pushed.reference} ({cell.label})")
+    if not args.run:
         _say_built(backend)
         return 0
     records = _run(repro, cells, backend, args)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
 from reprobox.cli import ui
+from reprobox.core import spec
 from reprobox.core.errors import BadInput
 from reprobox.core.settings import Settings
 from reprobox.envs.index import IndexAxes, SimpleIndex, select
@@ -21,11 +23,23 @@ from reprobox.scaleout import jobs, k8s
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the scale-out subcommands to the `reprobox` parser."""
     kube = subparsers.add_parser(
-        "k8s", help="a Kubernetes Indexed Job (YAML) running one pod per cell"
+        "k8s",
+        help="a Kubernetes Indexed Job (YAML) running one pod per cell",
+        description="One pod per cell, each running its variant's image by digest (pushed "
+        "with `nox -s image -- REPRO --variant V --push REGISTRY`) and writing to "
+        "/out/<repro>/<cell> on a shared claim. Needs Kubernetes 1.29 or newer; pods meet "
+        "Pod Security 'restricted'. `--collector` prints a pod to `kubectl cp` the outputs.",
     )
     kube.add_argument("repro", help="the repro whose cells become pods")
-    kube.add_argument("--image-prefix", default="reprobox", help="images are PREFIX/<repro>:TAG")
-    kube.add_argument("--image", help="one image for every cell (then a single Job)")
+    kube.add_argument(
+        "--registry",
+        "--image-prefix",
+        dest="registry",
+        help="use the images pushed to this registry (default: the newest push of each)",
+    )
+    kube.add_argument(
+        "--image", help="one explicit image for every cell (then a single Job); use a digest"
+    )
     kube.add_argument("--out", type=Path, help="write the YAML here (default: stdout)")
     kube.add_argument(
         "--cells",
@@ -37,6 +51,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     kube.add_argument("--claim", default="reprobox-results", help="PVC mounted at /out")
     kube.add_argument("--namespace", help="the Kubernetes namespace (default: the context's)")
     kube.add_argument("--parallelism", type=int, help="pods at once per Job (default: all)")
+    kube.add_argument("--cpu", help="CPU of each pod, e.g. 8 or 500m (default: one per rank)")
+    kube.add_argument(
+        "--memory", help="memory of each pod, e.g. 32Gi (default: 4Gi per rank + /dev/shm)"
+    )
+    kube.add_argument(
+        "--shm", type=int, default=1, metavar="GIB", help="/dev/shm of each pod (default: 1)"
+    )
+    kube.add_argument(
+        "--ttl",
+        type=int,
+        default=7 * 86400,
+        metavar="SECONDS",
+        help="delete the finished Job and its pods after this (default: 7 days)",
+    )
+    kube.add_argument(
+        "--collector",
+        action="store_true",
+        help="print instead a pod that mounts the claim read-only, for `kubectl cp`",
+    )
     kube.set_defaults(handler=cmd_k8s)
 
     collect = subparsers.add_parser(
@@ -73,24 +106,73 @@ def _axes(args: argparse.Namespace) -> IndexAxes:
 
 
 def cmd_k8s(args: argparse.Namespace) -> int:
-    root = _settings(args).root
-    cells = jobs.job_cells(root, args.repro, args.cells, args.platform, _axes(args))
+    settings = _settings(args)
+    cells = jobs.job_cells(settings.root, args.repro, args.cells, args.platform, _axes(args))
     options = k8s.K8sOptions(
-        image_prefix=args.image_prefix,
         image=args.image,
         claim=args.claim,
         namespace=args.namespace,
         parallelism=args.parallelism,
+        cpu=args.cpu,
+        memory=args.memory,
+        shm_gi=args.shm,
+        ttl_s=args.ttl,
     )
-    text = k8s.dump(k8s.manifest(cells, options))
+    images = {} if args.image else pushed_images(settings, args.repro, cells, args.registry)
+    if args.image and not k8s.is_digest_reference(args.image):
+        ui.info(
+            f"reprobox: warning: --image {args.image} is a tag, which can move; "
+            "name it by digest (NAME@sha256:...) so every pod runs the same bytes"
+        )
+    if args.collector:
+        image = args.image or images[cells[0].index]
+        objects = [k8s.collector(args.repro, image, options)]
+    else:
+        objects = k8s.manifest(cells, images, options)
+    text = k8s.dump(objects)
     if args.out is None:
         sys.stdout.write(text)
         return 0
     if args.out.exists():
         raise BadInput(f"{args.out} exists; choose another --out (nothing is overwritten)")
     args.out.write_text(text)
-    ui.info(f"{args.out}: {len(cells)} cells; `kubectl apply -f {args.out}`")
+    what = "a collector pod" if args.collector else f"{len(cells)} cells"
+    ui.info(f"{args.out}: {what}; `kubectl apply -f {args.out}`")
     return 0
+
+
+def pushed_images(
+    settings: Settings, name: str, cells: list[jobs.JobCell], registry: str | None
+) -> dict[int, str]:
+    """Each cell's image by digest, from the push records: the image its lock, Dockerfile
+    and repro files make now (the same content hash `nox -s image` tags it with), as pushed.
+    A cell whose current image was never pushed is an error naming the command to push it."""
+    from reprobox.run import pushes
+    from reprobox.run.backends.container import image_spec
+    from reprobox.run.pipeline import lock_for
+
+    repro = spec.load(settings.root, name)
+    records = pushes.load(settings.results, name)
+    images: dict[int, str] = {}
+    for cell in cells:
+        lock = lock_for(repro, cell.variant, cell.platform, cell.packages, settings=settings)
+        tag = image_spec(settings.root, repro, cell.variant, cell.platform, lock).tag
+        found = pushes.find(records, tag, registry)
+        if found is None:
+            command = shlex.join(
+                ["nox", "-s", "image", "--", name, *cell.run_args, "--push", registry or "REGISTRY"]
+            )
+            older = any(p.variant == cell.variant and p.platform == cell.platform
+                        and p.in_registry for p in records)  # fmt: skip
+            why = (
+                " (an older build was: the repro, its lock or its Dockerfile changed since)"
+                if older
+                else ""
+            )
+            to = f" to {registry}" if registry else ""
+            raise BadInput(f"{cell.label}: image {tag} was never pushed{to}{why}; run `{command}`")
+        images[cell.index] = found.reference
+    return images
 
 
 def cmd_collect(args: argparse.Namespace) -> int:

@@ -7,7 +7,6 @@ launcher command and the script's protocol arguments. Nothing here knows a bug b
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,15 +44,8 @@ class JobCell:
     timeout: float = 0.0
     processes: int = 1
 
-    @property
-    def image_tag(self) -> str:
-        """The image that holds this cell's environment: variant and package versions decide
-        it (params do not change an environment)."""
-        parts = [self.variant, *(f"{k}-{v}" for k, v in self.packages.items()), self.platform]
-        return re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(parts))[:128]
-
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "image_tag": self.image_tag}
+        return asdict(self)
 
 
 def image_launch(repro: spec.Repro, variant: str) -> list[str]:

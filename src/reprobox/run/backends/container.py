@@ -4,13 +4,18 @@ judge the result exactly as the venv path does.
 The image installs the very lock the nox environment uses (images/install-lock.sh), runs as
 a non-root user, and writes its result to a mounted /out. Works with podman or docker,
 whichever is present and answers; a run is killed and removed at its timeout or on Ctrl-C,
-so no container is left behind.
+so no container is left behind. A run is confined: no capabilities, no privilege gain, a
+read-only root (it writes only /out, /cache and a /tmp in memory), bounded processes and
+memory. `push` sends a built image to a registry and records the digest it got
+(run/pushes.py), which `reprobox k8s` names instead of a tag.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -32,6 +37,7 @@ from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
 from reprobox.envs import uv
 from reprobox.envs.torch_source import find_links
+from reprobox.run import pushes
 from reprobox.run.backend import PLAN_FILE, RESULT_FILE, LaunchRequest, Prepared
 from reprobox.run.dockerfile import install_env_arg
 from reprobox.run.exits import last_error, launcher_exits
@@ -40,6 +46,22 @@ from reprobox.run.layout import CACHE, IN_IMAGE, OUT, case_out, container_argv
 from reprobox.run.pipeline import plan_text
 
 BUILD_TIMEOUT_S = 3600
+PUSH_TIMEOUT_S = 3600
+SHM_GIB = 1  # /dev/shm of a run: NCCL, gloo and dataloaders need more than the 64 MiB default
+MEMORY_PER_PROCESS_GIB = 4  # a run's memory bound by default: per rank, plus /dev/shm
+PIDS_LIMIT = 4096  # processes and threads of one run (torch starts many threads per rank)
+
+
+def default_memory(processes: int) -> str:
+    """The memory bound of a run with `processes` ranks (`--memory` overrides it)."""
+    return f"{MEMORY_PER_PROCESS_GIB * processes + SHM_GIB}g"
+
+
+def check_memory(text: str) -> str:
+    """`--memory` as both engines take it (a number with b, k, m or g), or a plain error."""
+    if not re.fullmatch(r"[1-9][0-9]*[bkmg]?", text.strip().lower()):
+        raise BadInput(f"--memory {text!r}: want a size such as 16g or 512m")
+    return text.strip().lower()
 
 
 @dataclass(frozen=True)
@@ -71,6 +93,14 @@ class Engine:
             return []
         user = ["--user", f"{os.geteuid()}:{os.getegid()}"]
         return ["--userns=keep-id", *user] if self.name == "podman" else user
+
+    def confine_flags(self, memory: str) -> list[str]:
+        """What a run may not do: gain capabilities or privileges (setuid binaries), write
+        its image, start unbounded processes or use unbounded memory."""
+        tmp = [] if self.name == "podman" else ["--tmpfs", "/tmp"]  # podman mounts one itself
+        return ["--cap-drop=ALL", "--security-opt=no-new-privileges", "--read-only", *tmp,
+                f"--pids-limit={PIDS_LIMIT}", f"--memory={memory}",
+                f"--shm-size={SHM_GIB}g"]  # fmt: skip
 
     def gpu_flags(self) -> list[str]:
         return ["--gpus", "all"] if self.name == "docker" else ["--device", "nvidia.com/gpu=all"]
@@ -200,6 +230,76 @@ def build(
     return True
 
 
+def push(engine: Engine, spec: ImageSpec, registry: str, results: Path) -> pushes.Pushed:
+    """Push the built image of `spec` to `registry` (`REGISTRY/<repro>:<variant>-<platform>-
+    <hash>`, or `oci:DIR` for a local OCI layout with podman) and record the digest the push
+    reported, so that pods name these very bytes. Nothing is recorded unless the push ends
+    well and reports a sha256 digest."""
+    if not engine.image_exists(spec.tag):
+        raise EnvError(f"image {spec.tag} is not built; build it first (drop --push)")
+    suffix = spec.tag.rsplit(":", 1)[-1]
+    logs = results / spec.repro.name / "_images" / suffix
+    logs.mkdir(parents=True, exist_ok=True)
+    if registry.startswith(pushes.LAYOUT_PREFIX):
+        if engine.name != "podman":
+            raise BadInput(f"--push {registry}: an OCI layout needs podman, not {engine.name}")
+        layout = Path(registry[len(pushes.LAYOUT_PREFIX) :]).expanduser().absolute()
+        layout.parent.mkdir(parents=True, exist_ok=True)
+        dest = f"oci:{layout}:{spec.repro.name}-{suffix}"
+        name = f"oci:{layout}"
+    else:
+        name = pushes.remote_name(registry, spec.repro.name)
+        dest = f"{name}:{suffix}"
+    log = logs / "push.log"
+    with tempfile.TemporaryDirectory(prefix="reprobox-push-") as tmp:
+        digest_file = Path(tmp) / "digest"
+        if engine.name == "podman":
+            target = dest if dest.startswith("oci:") else f"docker://{dest}"
+            steps = [[engine.name, "push", "--digestfile", str(digest_file), spec.tag, target]]
+        else:
+            steps = [[engine.name, "tag", spec.tag, dest], [engine.name, "push", dest]]
+        with log.open("w") as sink:
+            for cmd in steps:
+                sink.write(f"$ {shlex.join(cmd)}\n")
+                sink.flush()
+                try:  # run() kills the push on a timeout or a signal
+                    proc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL,
+                                          timeout=PUSH_TIMEOUT_S)  # fmt: skip
+                except subprocess.TimeoutExpired:
+                    took = f"took over {PUSH_TIMEOUT_S}s (log: {log})"
+                    raise EngineError(f"push to {dest} {took}") from None
+                if proc.returncode != 0:
+                    raise EngineError(f"push to {dest} failed: {_last_problem(log)} (log: {log})")
+        if engine.name == "podman":
+            digest = digest_file.read_text().strip() if digest_file.is_file() else ""
+        else:
+            digest = _repo_digest(engine, dest, name)
+    if not pushes.DIGEST.match(digest):
+        raise EngineError(f"push to {dest} reported no sha256 digest ({digest!r}; log: {log})")
+    pushed = pushes.Pushed(
+        repro=spec.repro.name, variant=spec.variant, platform=spec.platform,
+        local_tag=spec.tag, lock_sha256=spec.lock_sha256, registry=registry,
+        reference=f"{name}@{digest}", digest=digest, engine=engine.name,
+        pushed_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )  # fmt: skip
+    pushes.add(results, pushed)
+    return pushed
+
+
+def _repo_digest(engine: Engine, dest: str, name: str) -> str:
+    """docker keeps the registry's digest of a pushed image among its RepoDigests."""
+    proc = subprocess.run(
+        [engine.name, "image", "inspect", "--format", "{{json .RepoDigests}}", dest],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    try:
+        digests = json.loads(proc.stdout or "[]") or []
+    except json.JSONDecodeError:
+        return ""
+    return next((d.split("@", 1)[1] for d in digests if d.startswith(f"{name}@")), "")
+
+
 def _context(directory: Path, spec: ImageSpec, wheel_folders: tuple[str, ...]) -> Path:
     """Assemble the build context (see images/README.md)."""
     shutil.copy2(spec.lock, directory / "lock.txt")  # mtimes kept: buildah caches by them
@@ -269,6 +369,11 @@ def _last_problem(log: Path) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
+def _passed(request: LaunchRequest) -> list[str]:
+    """The [launch] pass_env names set in the harness's environment."""
+    return [name for name in request.launch.pass_env if name in os.environ]
+
+
 def _quiet(cmd: list[str]) -> int:
     try:
         return subprocess.run(cmd, capture_output=True, timeout=120).returncode
@@ -289,8 +394,10 @@ class ContainerBackend:
         *,
         base: str | None = None,
         no_cache: bool = False,
+        memory: str | None = None,
     ) -> None:
         self.settings, self.engine, self.base, self.no_cache = settings, engine, base, no_cache
+        self.memory = check_memory(memory) if memory else None  # None: default_memory
         self.built: list[tuple[str, bool, float]] = []  # (tag, built now, seconds)
 
     def prepare(self, repro: Repro, cell: Cell, lock: Path) -> Prepared:
@@ -334,19 +441,28 @@ class ContainerBackend:
         cache.mkdir(parents=True, exist_ok=True)
         out = request.log_dir
         out.mkdir(parents=True, exist_ok=True)
-        cmd = [self.engine.name, "run", "--rm", "--name", name, "--shm-size", "1g",
-               *self.engine.user_flags(),
+        memory = self.memory or default_memory(request.launch.processes)
+        cmd = [self.engine.name, "run", "--rm", "--name", name,
+               *self.engine.confine_flags(memory), *self.engine.user_flags(),
                *self.engine.out_mount(out), *self.engine.out_mount(cache, CACHE)]  # fmt: skip
         for index, case in enumerate(request.cases[1:], start=1):
             cmd += self.engine.out_mount(case.run_dir, case_out(index))
         for key, value in env.items():
             cmd += ["-e", f"{key}={value}"]
+        for key in _passed(request):  # the engine reads the value here: never in the argv
+            cmd += ["-e", key]
         gpus = self.engine.gpu_flags() if spec.platform == "gpu" else []
         argv = container_argv(request.repro, lead.cell.variant, args, preflight=preflight)
         return [*cmd, *gpus, spec.tag, *argv]
 
     def command(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
         return self._run_argv(prepared, request, "reprobox-NAME")
+
+    def env_names(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
+        """The variables the harness hands the container (`-e`; names only, for the
+        record): nothing of its own environment but [launch] pass_env."""
+        argv = self._run_argv(prepared, request, "reprobox-NAME")
+        return sorted({argv[i + 1].split("=", 1)[0] for i, a in enumerate(argv[:-1]) if a == "-e"})
 
     def launch(self, prepared: Prepared, request: LaunchRequest) -> Launched:
         name = f"reprobox-{uuid.uuid4().hex[:12]}"
