@@ -22,7 +22,7 @@ SUMMARY_FILE = "summary.json"
 LOG_FILE = "probes.jsonl"
 
 Status = Literal["found", "ambiguous", "flaky", "non-monotone", "mapped"]
-Kind = Literal["release", "date", "sweep"]
+Kind = Literal["release", "date", "sweep", "commit"]
 
 
 class ProbeEntry(BaseModel):
@@ -87,6 +87,20 @@ class Event(BaseModel):
     fixed: str | None = None
 
 
+class CommitAnswer(BaseModel):
+    """The commit a commit bisect names, as a maintainer looks it up."""
+
+    sha: str
+    subject: str = ""
+    author: str = ""
+    email: str = ""
+    date: str = ""
+    pr: int | None = None  # from `(#N)` in a squash subject or `Merge pull request #N`
+    link: str | None = None  # the commit on the forge, when it is GitHub
+    pr_link: str | None = None
+    merge: str | None = None  # the merge commit it came in with (after a descent)
+
+
 class BisectSummary(BaseModel):
     """The closing document of a bisect or a sweep, beside its probe log."""
 
@@ -110,6 +124,13 @@ class BisectSummary(BaseModel):
     released_on_day: list[str] = []  # "trl 0.7.2 at 2023-10-12 13:09 UTC"
     changes: list[str] = []
     culprit: list[str] = []
+    # commit bisect: `versions` holds the first-parent shas, oldest first
+    repo: str | None = None
+    good_sha: str | None = None
+    bad_sha: str | None = None
+    first_parent: bool = True
+    descended: list[str] = []  # the merges whose second parent was searched
+    commit: CommitAnswer | None = None  # the answer's commit, when one was found
     # the answer
     status: Status = "found"
     result: str = ""  # the one line a bisect ends with
@@ -147,16 +168,17 @@ class BisectSummary(BaseModel):
         """(release, verdict, source) measured elsewhere against this release answer: those
         that contradict it, and how many agree. Releases outside `versions`, or between the
         two sides (skipped candidates), say nothing."""
-        if self.kind != "release" or self.first is None or self.last_start is None:
+        if self.kind not in ("release", "commit") or self.first is None or self.last_start is None:
             return [], 0
-        positions = {_version(v): i for i, v in enumerate(self.versions)}
-        lo, hi = positions.get(_version(self.last_start)), positions.get(_version(self.first))
+        key = _version if self.kind == "release" else _same  # shas are compared as they are
+        positions = {key(v): i for i, v in enumerate(self.versions)}
+        lo, hi = positions.get(key(self.last_start)), positions.get(key(self.first))
         if lo is None or hi is None:
             return [], 0
         against: list[Contradiction] = []
         agreeing = 0
         for item, verdict, source in known:
-            index = positions.get(_version(item))
+            index = positions.get(key(item))
             if index is None or lo < index < hi:
                 continue
             side = self.start_verdict if index <= lo else self.end_verdict
@@ -297,6 +319,10 @@ def _version(text: str) -> Version | None:
         return Version(text)
     except InvalidVersion:
         return None
+
+
+def _same(text: str) -> str | None:
+    return text
 
 
 def _mtime(path: Path) -> float:

@@ -194,6 +194,34 @@ def _parser() -> argparse.ArgumentParser:
         "--platform", default="cpu", choices=["cpu", "gpu"], help="where to run (default: cpu)"
     )
     bisect.add_argument("--timeout", type=float, help="seconds per probe")
+    bisect.add_argument(
+        "--commits",
+        action="store_true",
+        help="bisect the package's git history (--good/--bad are refs; without them, the "
+        "release tags around a finished release bisect of this repro)",
+    )
+    bisect.add_argument(
+        "--repo",
+        metavar="URL_OR_PATH",
+        help="with --commits: the package's repository (default: the Source URL its "
+        "installed metadata names)",
+    )
+    bisect.add_argument(
+        "--tag-format",
+        metavar="FORMAT",
+        help="with --commits: how release tags are spelled, e.g. 'release-{version}' "
+        "(default: v{version} or {version})",
+    )
+    bisect.add_argument(
+        "--first-parent",
+        type=_boolean,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="with --commits: walk the first-parent history only (default true: a merged "
+        "pull request is one step); false descends into a merge to the commit inside it",
+    )
     bisect.set_defaults(handler=cmd_bisect)
 
     sweep = commands.add_parser(
@@ -281,7 +309,18 @@ def _cell_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="PKG==VERSION",
-        help="run at another version of a pinned package (repeatable)",
+        help="run at another version of a pinned package, or at a git ref of it: "
+        "PKG@git+URL@REF (a branch, tag, sha or refs/pull/N/head; the commit is recorded) "
+        "(repeatable)",
+    )
+    parser.add_argument(
+        "--with-editable",
+        dest="editables",
+        action="append",
+        default=[],
+        metavar="PKG=PATH",
+        help="run a pinned package from a checkout as it is now, uncommitted changes "
+        "included (built at each run; the commit and tree are recorded) (repeatable)",
     )
     parser.add_argument(
         "--param",
@@ -294,6 +333,30 @@ def _cell_arguments(parser: argparse.ArgumentParser) -> None:
         "--platform", default="cpu", choices=["cpu", "gpu"], help="where to run (default: cpu)"
     )
     parser.add_argument("--timeout", type=float, help="seconds; overrides [launch] timeout")
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, str]:
+    """Package overrides: `PKG==VERSION`, `PKG@git+URL@REF`, and `--with-editable PKG=PATH`
+    (as a `file://` source)."""
+    found: dict[str, str] = {}
+    for item in args.packages:
+        name, at, source = item.partition("@")
+        if at and "==" not in name:
+            if not source.strip().startswith("git+") or not name.strip():
+                raise BadInput(
+                    f"--with {item!r} is not of the form PKG==VERSION or PKG@git+URL@REF"
+                )
+            from reprobox.envs.git import split_source
+
+            split_source(source.strip())  # a missing @REF is said here, before any work
+            found[name.strip()] = source.strip()
+        else:
+            found.update(_pairs([item], "==", "--with"))
+    for name, path in _pairs(getattr(args, "editables", []), "=", "--with-editable").items():
+        if name in found:
+            raise BadInput(f"--with-editable {name}: also given with --with")
+        found[name] = Path(path).expanduser().resolve().as_uri()
+    return found
 
 
 def _pairs(items: Sequence[str], sep: str, what: str) -> dict[str, str]:
@@ -313,7 +376,7 @@ def _cells(repro: spec.Repro, args: argparse.Namespace) -> list[matrix.Cell]:
     cells = matrix.requested_cells(
         repro,
         args.variant or (),
-        _pairs(args.packages, "==", "--with"),
+        _overrides(args),
         _pairs(args.param, "=", "--param"),
         args.platform,
         matrix=getattr(args, "matrix", False),
@@ -362,7 +425,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     repro = spec.load(settings.root, args.repro)
     records = _run(repro, _cells(repro, args), VenvBackend(settings), args)
     ui.verdict_table(records, format=args.format)
+    _say_commits(records)
     return _conclude(records)
+
+
+def _say_commits(records: list[Record]) -> None:
+    """Which commit ran, for cells at a git ref or a checkout (the record keeps it too)."""
+    for record in records:
+        for package, commit in record.commits.items():
+            ui.info(f"{record.label}: {package} at commit {commit}")
 
 
 def _conclude(records: list[Record]) -> int:
@@ -392,6 +463,7 @@ def cmd_verdict(args: argparse.Namespace) -> int:
     backend = VenvBackend(settings)
     [record] = workflow.run_cells(repro, cells, backend, store, settings, _options(args))
     ui.record_line(record)
+    _say_commits([record])
     if record.verdict is not None and record.status != "error":
         return Verdict(record.verdict).exit_code
     if record.exit_code == ExitCode.ENV_FAILED:
@@ -413,14 +485,44 @@ def _bisect_target(args: argparse.Namespace) -> tuple[Target, spec.BisectSection
     return Target(repro, variant, _options(args), settings), defaults
 
 
+def _boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "yes", "1", "on"):
+        return True
+    if value in ("false", "no", "0", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from reprobox.bisect import dates, releases
+    from reprobox.bisect import commits, dates, releases
 
     target, defaults = _bisect_target(args)
     if args.confirm < 0:
         raise BadInput("--confirm must be 0 or more")
+    if not args.commits and (args.repo or args.tag_format or args.first_parent is not True):
+        raise BadInput("--repo, --tag-format and --first-parent go with --commits")
     with ui.BisectProgress(target.repro.name) as progress:
-        if args.by_date:
+        if args.commits:
+            if args.by_date:
+                raise BadInput("--commits and --by-date are two kinds of bisect: pick one")
+            package = args.package or (defaults.package if defaults else None)
+            if not package:
+                raise BadInput("--package is needed (no [bisect] package)")
+            summary = commits.commit_bisect(
+                target,
+                package,
+                repo=args.repo,
+                good=args.good,
+                bad=args.bad,
+                tag_format=args.tag_format,
+                first_parent=args.first_parent,
+                confirm=args.confirm,
+                verify=args.verify,
+                log_path=args.log,
+                on_probe=progress.probe,
+            )
+        elif args.by_date:
             start, end = dates.parse_dates(args.by_date)
             floats = args.float or (defaults.float or [defaults.package] if defaults else [])
             summary = dates.date_bisect(

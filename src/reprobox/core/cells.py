@@ -27,6 +27,12 @@ DEFAULT_CELL = "default"
 VersionsInRange = Callable[[str, str, bool, bool], list[str]]
 
 
+def is_source(value: str) -> bool:
+    """Whether a package override names a source (`git+URL@REF`, a `file://` checkout or
+    wheel) rather than a release version."""
+    return value.startswith(("git+", "file://"))
+
+
 @dataclass(frozen=True)
 class Cell:
     """One variant at one matrix point on one platform, with the verdict expected there.
@@ -89,7 +95,11 @@ class Cell:
     def run_args(self) -> list[str]:
         """The `reprobox run <repro>` arguments that select exactly this cell."""
         args = ["--variant", self.variant]
-        args += [f"--with={k}=={v}" for k, v in self.packages]
+        for k, v in self.packages:
+            if v.startswith("file://"):
+                args.append(f"--with-editable={k}={v.removeprefix('file://')}")
+            else:
+                args.append(f"--with={k}@{v}" if is_source(v) else f"--with={k}=={v}")
         args += [f"--param={k}={v}" for k, v in self.params]
         if self.platform != "cpu":
             args += ["--platform", self.platform]
@@ -147,7 +157,9 @@ def _matches(
     key: str, condition: str, packages: Mapping[str, str], params: Mapping[str, str]
 ) -> bool:
     if canonicalize_name(key) in packages:
-        return Version(packages[canonicalize_name(key)]) in SpecifierSet(condition)
+        value = packages[canonicalize_name(key)]
+        # a source's version is not known here: no version rule can be said to match it
+        return not is_source(value) and Version(value) in SpecifierSet(condition)
     if key in params:
         return params[key] == condition
     return False
@@ -200,7 +212,8 @@ def requested_cells(
     for package, version in packages.items():
         if canonicalize_name(package) not in pinned:
             raise BadInput(f"--with {package}: not a package that {repro.name} pins")
-        check_version(version, f"--with {package}")
+        if not is_source(version):
+            check_version(version, f"--with {package}")
     if matrix:
         return [c.on(platform) for c in matrix_cells(repro, versions_in_range)]
     if variants:

@@ -54,6 +54,7 @@ class Record(BaseModel):
     preflight_s: float = 0.0  # the script's one-process check before launching
     lock: str = ""
     lock_hash: str = ""
+    commits: dict[str, str] = {}  # package -> the commit sha that ran (a git or checkout source)
     platform: str = "cpu"
     runner: str = "venv"  # venv, or the container engine that ran the image
     torch_source: str = ""  # where torch came from (an index, local folders, the default)

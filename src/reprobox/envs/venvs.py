@@ -20,7 +20,12 @@ from pathlib import Path
 
 from filelock import FileLock
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import NormalizedName, canonicalize_name
+from packaging.utils import (
+    InvalidWheelFilename,
+    NormalizedName,
+    canonicalize_name,
+    parse_wheel_filename,
+)
 from packaging.version import InvalidVersion, Version
 
 from reprobox.core.errors import EnvError
@@ -163,6 +168,13 @@ def lock_pins(text: str) -> dict[NormalizedName, Version]:
         try:
             requirement = Requirement(line.rstrip(" \\"))
         except InvalidRequirement:
+            continue
+        if requirement.url and requirement.url.endswith(".whl"):  # a wheel built from git
+            try:
+                _, version, _, _ = parse_wheel_filename(requirement.url.rsplit("/", 1)[-1])
+            except InvalidWheelFilename:
+                continue
+            pins[canonicalize_name(requirement.name)] = version
             continue
         for spec in requirement.specifier:
             if spec.operator == "==":

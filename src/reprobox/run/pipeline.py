@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from reprobox.core.cells import Cell, script_args
+from reprobox.core.cells import Cell, is_source, script_args
 from reprobox.core.errors import BadInput, ExitCode, ReproboxError
 from reprobox.core.judge import Judgement, Launched, Status, judge, peek_verdict
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
-from reprobox.core.spec import Repro
-from reprobox.envs import locks, venvs
+from reprobox.core.spec import Repro, merge_pins
+from reprobox.envs import git, locks, venvs
 from reprobox.run.backend import Backend, Case, LaunchRequest, Prepared
 
 
@@ -49,8 +49,12 @@ def lock_path(repro: Repro, variant: str, platform: str) -> Path:
 def lock_request(
     repro: Repro, variant: str, platform: str = "cpu", overrides: dict[str, str] | None = None
 ) -> locks.LockRequest:
+    """What a variant's lock is made from. An override is a version (`name==v`) or a built
+    wheel (`name @ file:///...whl`, see `resolve_sources`)."""
+    versions = {k: v for k, v in (overrides or {}).items() if not is_source(v)}
+    wheels = [f"{k} @ {v}" for k, v in (overrides or {}).items() if is_source(v)]
     return locks.LockRequest(
-        requirements=tuple(repro.requirements(variant, platform, overrides)),
+        requirements=tuple(merge_pins(repro.requirements(variant, platform, versions), wheels)),
         python=repro.python(platform),
         platform=platform,
         exclude_newer=repro.spec.env.exclude_newer,
@@ -67,6 +71,7 @@ def lock_for(
 ) -> Path:
     """The committed lock when the variant runs at its own pins (in the CPU build of torch),
     else a cached one (also the pypi flavour of torch, REPROBOX_TORCH_SOURCE=pypi)."""
+    overrides, _ = resolve_sources(overrides, settings)
     request = lock_request(repro, variant, platform, overrides)
     committed = lock_path(repro, variant, platform)
     own_pins = not overrides and settings.torch_source != "pypi"
@@ -80,6 +85,25 @@ def lock_for(
         locks.check_body(committed, shown)  # edited with its header kept: integrity error
         return committed
     return locks.cached_lock(request, settings)
+
+
+def resolve_sources(
+    overrides: dict[str, str] | None, settings: Settings
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Overrides with each git ref or checkout replaced by the wheel built from it, and
+    package -> the commit that wheel holds (what the record names). A branch resolves once
+    per process, a sha never moves; a ref that does not exist is bad input (exit 2), a
+    commit that does not build an environment failure (exit 3)."""
+    resolved: dict[str, str] = {}
+    commits: dict[str, str] = {}
+    for package, value in (overrides or {}).items():
+        if not is_source(value) or value.endswith(".whl"):
+            resolved[package] = value
+            continue
+        source = git.resolve_source(package, value, settings)
+        resolved[package] = source.requirement.split(" @ ", 1)[1]
+        commits[package] = source.commit
+    return resolved, commits
 
 
 def env_inputs(repro: Repro, platform: str) -> tuple[str, dict[str, str], list[str]]:
@@ -174,6 +198,7 @@ def _prepare(
 ) -> None:
     with recording([item]):
         started = time.monotonic()
+        _, item.record.commits = resolve_sources(dict(item.cell.packages), settings)
         lock = options.lock or lock_for(
             repro, item.cell.variant, item.cell.platform, dict(item.cell.packages),
             settings=settings,

@@ -1,0 +1,388 @@
+"""Commit bisection: which commit of a package's git history flips a variant's verdict.
+
+From a release answer to the commit (trl 0.7.1 -> 0.7.2 holds dozens of commits): the
+repository is cloned or fetched once into the cache, the first-parent history between two
+refs is searched (a merged or squash-merged pull request is one step), and every probe runs
+a wheel built from its commit (kept per sha). A commit that does not build or install is a
+skip; the probe log, resumption, confirmation, verification and the honesty rules are the
+release bisect's (`Prober`, `search.bisect`, `checks`). With `first_parent=False` an answer
+that is a merge is searched again along its second parent, to the commit inside the pull
+request. The answer names the commit, its subject, the pull request, the author and a link.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from reprobox.bisect import checks
+from reprobox.bisect.log import ProbeLog
+from reprobox.bisect.prober import (
+    BisectError,
+    Prober,
+    Probes,
+    Target,
+    answering,
+    default_log,
+    pipeline_probes,
+)
+from reprobox.bisect.search import BisectResult, bisect
+from reprobox.bisect.summary import (
+    BisectSummary,
+    CommitAnswer,
+    Contradiction,
+    ProbeEntry,
+    answer,
+    assumption,
+    read_summaries,
+    verdict_word,
+    write_summary,
+)
+from reprobox.core import cells as matrix
+from reprobox.core.errors import BadInput
+from reprobox.core.protocol import Verdict
+from reprobox.core.settings import Settings
+from reprobox.envs import git
+from reprobox.run import pipeline
+
+MAX_DESCENT = 8  # merges of merges followed at most this deep
+_REPO_LABELS = ("source", "source code", "repository", "code", "github", "homepage")
+
+
+def commit_bisect(
+    target: Target,
+    package: str,
+    *,
+    repo: str | None = None,
+    good: str | None = None,
+    bad: str | None = None,
+    tag_format: str | None = None,
+    first_parent: bool = True,
+    confirm: int = 1,
+    verify: int | None = None,
+    log_path: Path | None = None,
+    on_probe: Callable[[ProbeEntry], None] | None = None,
+    probes: Probes[str] | None = None,
+) -> BisectSummary:
+    """Bisect the commits of `package` between `good` (clean) and `bad` (reproduces), refs
+    of `repo`; without refs, between the release tags around a finished release bisect of
+    the same repro. `probes` replaces the real runs (tests)."""
+    repro, platform, settings = target.repro, target.options.platform, target.settings
+    name = canonicalize_name(package)
+    if name not in repro.pinned_packages():
+        raise BadInput(f"{package} is not a package that {repro.name} pins")
+    if verify is not None and verify < 0:
+        raise BadInput("--verify must be 0 or more")
+    if (good is None) != (bad is None):
+        raise BadInput("give both --good and --bad, or neither (to start from a release bisect)")
+    url = git.normalize_url(repo or repo_from_metadata(name, settings))
+    clone = git.ensure_clone(url, settings)  # cloned or fetched once, here
+    if good is None or bad is None:
+        good, bad = release_ends(target, name, clone, tag_format)
+    good_sha, bad_sha = (git.resolve(url, ref, settings) for ref in (good, bad))
+    if good_sha == bad_sha:
+        raise BadInput(f"--good {good} and --bad {bad} are the same commit: nothing to bisect")
+    if git.is_ancestor(clone, good_sha, bad_sha):
+        older, newer = good_sha, bad_sha
+    elif git.is_ancestor(clone, bad_sha, good_sha):
+        older, newer = bad_sha, good_sha
+    else:
+        raise BadInput(
+            f"--good {good} and --bad {bad} are not ancestors of each other in {url}: a commit "
+            "bisect walks the history from one to the other"
+        )
+    shas = git.first_parent_range(clone, older, newer)
+    header: dict[str, Any] = {
+        "kind": "commit", "repro": repro.name, "variant": target.variant, "package": name,
+        "repo": url, "good": good, "bad": bad, "good_sha": good_sha, "bad_sha": bad_sha,
+        "platform": platform, "versions": shas,
+    }  # fmt: skip
+    # not in the header: a search that descends into a merge resumes the first-parent one
+    path = log_path or default_log(target, header)
+    with ProbeLog(path, header) as log:
+        if probes is None:
+            probes = commit_probes(target, package, url, path.parent / "runs")
+        prober = Prober(probes, log, str, on_probe=on_probe)
+        started = time.monotonic()
+        found: list[Contradiction] = []
+        verified: list[str] = []
+        descended: list[str] = []
+        inside: set[str] = set()  # the commits of merged branches that were searched
+        notes: list[str] = []
+        try:
+            check_ends(prober, good_sha, bad_sha, good, bad)
+            with answering():
+                result = bisect(shas, prober, confirm=confirm, prefetch=prober.prefetch)
+            if result.status != "flaky":
+                k = checks.default_verify(len(shas)) if verify is None else verify
+                found, verified = checks.verify_sides(prober, shas, result, k)
+            final = result
+            while not first_parent and final.status == "found" and len(descended) < MAX_DESCENT:
+                merge = git.commit(clone, final.first_end)
+                if not merge.is_merge:
+                    break
+                inner, note, branch = _descend(prober, clone, merge, final, confirm)
+                inside.update(branch)
+                if inner is None:
+                    notes.append(note)
+                    break
+                descended.append(merge.sha)
+                final = inner
+        finally:
+            prober.close()
+        ours = {p.key for p in prober.runs}
+        on_disk = known_verdicts(target, name, log, path.parent, ours)
+        # verdicts on disk are checked against the first-parent answer (where they sit)
+        base = _summary(header, result, result, found, verified, 0, descended)
+        against, agreeing = base.contradicted_by(on_disk)
+        found = checks.unique([*found, *against])
+        summary = _summary(header, result, final, found, verified, agreeing, descended)
+        summary.first_parent = first_parent
+        if summary.status == "found" and summary.first is not None:
+            summary.commit = _answer(clone, url, summary.first, descended)
+        extra = (
+            (f", {len(verified)} of them to verify" if verified else "")
+            + (f"; {agreeing} verdict(s) on disk agree" if agreeing else "")
+            + (f"; {notes[0]}" if notes else "")
+        )
+        items = {p.item for p in prober.runs}
+        if descended:
+            merges = ", ".join(sha[:10] for sha in descended)
+            extra += f"; then {len(items & inside)} of {len(inside)} commits inside {merges}"
+        ends = (shas[0][:10], shas[-1][:10])
+        probed = len(items & set(shas))
+        summary.assumption = assumption("commit", ends, probed, len(shas), extra)
+        summary.result = answer_line(summary, clone, ends)
+        summary = summary.counts(prober.runs, len(shas), time.monotonic() - started)
+        return write_summary(path, summary)
+
+
+def commit_probes(target: Target, package: str, url: str, runs: Path) -> Probes[str]:
+    """Probes that run each commit's wheel through the pipeline: the override
+    `git+URL@SHA` locks a wheel built from that commit (built once per sha)."""
+    repro, platform, settings = target.repro, target.options.platform, target.settings
+
+    def source(sha: str) -> dict[str, str]:
+        return {package: f"git+{url}@{sha}"}
+
+    def lock_of(sha: str) -> Path:
+        return pipeline.lock_for(repro, target.variant, platform, source(sha), settings=settings)
+
+    def cell_of(sha: str) -> matrix.Cell:
+        return matrix.make_cell(repro, target.variant, source(sha), None, platform)
+
+    return pipeline_probes(target, lock_of, cell_of, runs)
+
+
+def check_ends(prober: Prober[str], good_sha: str, bad_sha: str, good: str, bad: str) -> None:
+    """Fail fast, before any search, when the ends are not what the user says they are."""
+    got: dict[str, Verdict] = {}
+    for flag, sha, ref in (("--good", good_sha, good), ("--bad", bad_sha, bad)):
+        verdict = prober(sha, 1)
+        if verdict is None:
+            why = prober.entry(sha).reason
+            raise BisectError(f"{flag} {ref} ({sha[:10]}) cannot be tested here: {why}")
+        got[flag] = verdict
+    if got["--good"] is Verdict.CLEAN and got["--bad"] is Verdict.REPRODUCED:
+        return
+    if got["--good"] is Verdict.REPRODUCED and got["--bad"] is Verdict.CLEAN:
+        raise BisectError(
+            f"--good {good} reproduces and --bad {bad} is clean: are --good and --bad the "
+            "right way round?"
+        )
+    wrong, ref, want = (
+        ("--good", good, Verdict.CLEAN)
+        if got["--good"] is not Verdict.CLEAN
+        else ("--bad", bad, Verdict.REPRODUCED)
+    )
+    raise BisectError(
+        f"{wrong} {ref} is {got[wrong].value}, not {want.value}: both ends are "
+        f"{got['--good'].value}, so either no commit between them changes the verdict, or the "
+        "change came and went inside the range (a bisect cannot tell)"
+    )
+
+
+def _descend(
+    prober: Prober[str],
+    clone: Path,
+    merge: git.Commit,
+    outer: BisectResult[str],
+    confirm: int,
+) -> tuple[BisectResult[str] | None, str, list[str]]:
+    """Search a merge's second parent, from where it forked, for the commit inside the pull
+    request; None (with why) when the branch alone does not show the change. The third
+    value lists the branch's commits."""
+    mainline, branch = merge.parents[0], merge.parents[1]
+    fork = git.merge_base(clone, mainline, branch)
+    inner = git.first_parent_range(clone, fork, branch)
+    start, end = prober(fork, 1), prober(branch, 1)
+    if start is not outer.start_verdict or end is not outer.end_verdict:
+        said = f"{fork[:10]} is {_word(start)}, {branch[:10]} is {_word(end)}"
+        return (
+            None,
+            (
+                f"the merged branch alone does not show the change ({said}): it comes from the "
+                f"merge {merge.short} itself (its resolution, or the branch meeting the mainline)"
+            ),
+            inner,
+        )
+    with answering():
+        result = bisect(inner, prober, confirm=confirm, prefetch=prober.prefetch)
+    if result.status != "found":
+        return None, f"inside merge {merge.short} the search was {result.status}", inner
+    return result, "", inner
+
+
+def _word(verdict: Verdict | None) -> str:
+    return verdict.value if verdict is not None else "untestable"
+
+
+def _summary(
+    header: dict[str, Any],
+    outer: BisectResult[str],
+    final: BisectResult[str],
+    found: list[Contradiction],
+    verified: list[str],
+    agreeing: int,
+    descended: list[str],
+) -> BisectSummary:
+    status = "non-monotone" if found and outer.status != "flaky" else final.status
+    return BisectSummary.model_validate(
+        {
+            **header,
+            "status": status,
+            "start_verdict": outer.start_verdict.value,
+            "end_verdict": outer.end_verdict.value,
+            "last_start": outer.last_start,
+            "first": final.first_end,
+            "candidates": list(final.candidates),
+            "flaky": [*outer.flaky, *final.flaky],
+            "verified": verified,
+            "agreeing": agreeing,
+            "contradictions": [c.model_dump() for c in found],
+            "descended": descended,
+        }
+    )
+
+
+def _answer(clone: Path, url: str, sha: str, descended: list[str]) -> CommitAnswer:
+    """The found commit as a maintainer looks it up; a commit inside a merged pull request
+    takes the pull request number of the merge it came in with."""
+    found = git.commit(clone, sha)
+    merge = git.commit(clone, descended[-1]) if descended else None
+    pr = found.pr or (merge.pr if merge else None)
+    return CommitAnswer(
+        sha=found.sha,
+        subject=found.subject,
+        author=found.author,
+        email=found.email,
+        date=found.date,
+        pr=pr,
+        link=git.web_link(url, sha=found.sha),
+        pr_link=git.web_link(url, pr=pr) if pr is not None else None,
+        merge=merge.sha if merge else None,
+    )
+
+
+def describe(clone: Path, sha: str) -> str:
+    """`f1ba8ac3d2 "Merge pull request #15 from ..."`: a sha as a person reads it."""
+    try:
+        return f'{sha[:10]} "{git.commit(clone, sha).subject}"'
+    except BadInput:
+        return sha[:10]
+
+
+def answer_line(summary: BisectSummary, clone: Path, ends: tuple[str, str]) -> str:
+    """The one line a commit bisect ends with: the commit, its pull request, author, link."""
+    kind = verdict_word(summary.end_verdict)
+    if summary.status == "found" and summary.commit is not None:
+        c = summary.commit
+        pr = f"PR #{c.pr}, " if c.pr is not None else ""
+        via = f", merged in {c.merge[:10]}" if c.merge else ""
+        link = c.pr_link or c.link
+        where = f" {link}" if link else ""
+        return (
+            f'first {kind} commit: {c.sha[:10]} "{c.subject}" ({pr}by {c.author} <{c.email}>'
+            f"{via}){where} ({summary.assumption})"
+        )
+    if summary.status == "ambiguous":
+        listed = ", ".join(describe(clone, sha) for sha in summary.candidates)
+        return f"first {kind} commit could be any of: {listed} ({summary.assumption})"
+    return answer(summary, "commit", "", ends)
+
+
+def release_ends(
+    target: Target, package: str, clone: Path, tag_format: str | None
+) -> tuple[str, str]:
+    """(good tag, bad tag) around the answer of the newest finished release bisect of the
+    same repro, variant, platform and package."""
+    repro, variant, platform = target.repro, target.variant, target.options.platform
+    summaries, _ = read_summaries(target.results / repro.name / "_bisect")
+    for earlier in summaries:
+        if earlier.kind != "release" or earlier.status not in ("found", "ambiguous"):
+            continue
+        if (earlier.package, earlier.variant, earlier.platform) != (package, variant, platform):
+            continue
+        if earlier.last_start is None or earlier.first is None:
+            continue
+        clean_first = earlier.start_verdict == Verdict.CLEAN.value
+        good, bad = (earlier.last_start, earlier.first)
+        if not clean_first:
+            good, bad = bad, good
+        return git.release_tag(clone, good, tag_format), git.release_tag(clone, bad, tag_format)
+    raise BadInput(
+        f"no finished release bisect of {repro.name} {variant} over {package} on {platform} "
+        "to start from: run `reprobox bisect` over releases first, or give --good and --bad refs"
+    )
+
+
+def repo_from_metadata(package: str, settings: Settings) -> str:
+    """The repository an installed `package` names (Project-URL Source / Repository, or a
+    GitHub home page) in any environment of the cache: no network needed."""
+    pattern = "*/lib/python*/site-packages/*.dist-info/METADATA"
+    for meta in sorted((settings.cache / "envs").glob(pattern)):
+        try:
+            message = email.parser.Parser().parsestr(meta.read_text(errors="replace"))
+        except OSError:
+            continue
+        if canonicalize_name(message.get("Name", "")) != package:
+            continue
+        urls = [u.partition(",") for u in message.get_all("Project-URL") or []]
+        for label, _, value in urls:
+            if label.strip().lower() in _REPO_LABELS and "github.com" in value:
+                return value.strip()
+        home = message.get("Home-page", "")
+        if "github.com" in home:
+            return home.strip()
+    raise BadInput(
+        f"--repo is needed: no installed {package} in the cache names its repository "
+        "(Project-URL Source or Repository)"
+    )
+
+
+def known_verdicts(
+    target: Target, package: str, log: ProbeLog, own_dir: Path, ours: set[str]
+) -> list[tuple[str, Verdict, str]]:
+    """Every verdict on disk about a commit of `package` for this variant and platform: this
+    log beyond this session's probes, and earlier commit bisects."""
+    variant, platform = target.variant, target.options.platform
+    known: list[tuple[str, Verdict, str]] = [
+        (e.item, v, "this log")
+        for e in log.entries.values()
+        if (v := e.outcome) is not None and e.key not in ours
+    ]
+    summaries, _ = read_summaries(own_dir.parent)
+    for earlier in summaries:
+        if earlier.id == own_dir.name or earlier.kind != "commit":
+            continue
+        if (earlier.package, earlier.variant, earlier.platform) != (package, variant, platform):
+            continue
+        for probe in earlier.probes:
+            if (verdict := probe.outcome) is not None:
+                known.append((probe.item, verdict, f"bisect {earlier.id}"))
+    return known
