@@ -58,6 +58,7 @@ class Record(BaseModel):
     platform: str = "cpu"
     runner: str = "venv"  # venv, or the container engine that ran the image
     torch_source: str = ""  # where torch came from (an index, local folders, the default)
+    env_names: list[str] = []  # the variables the launched processes got (names, no values)
     started_at: str = ""
     dir: str = ""
     batch_dir: str = ""  # set when the cell ran in a launch led by another cell's directory

@@ -45,6 +45,7 @@ MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Strict: TOML has real numbers and booleans, so a quoted one is a mistake to report.
 Processes = Annotated[int, Field(ge=1, le=MAX_PROCESSES, strict=True)]
 Seconds = Annotated[float, Field(gt=0, strict=True, allow_inf_nan=False)]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
 class _Section(BaseModel):
@@ -73,6 +74,9 @@ class LaunchSection(_Section):
     batch: bool = Field(default=False, strict=True)
     # Script arguments for a one-process check before launching (repros/README.md, "Preflight").
     preflight: list[str] | None = None
+    # Variables of the harness's environment the ranks get beyond the stack's own set
+    # (core.environ); nothing else of it reaches them.
+    pass_env: list[EnvName] = []
 
 
 class LaunchOverride(_Section):
@@ -85,6 +89,7 @@ class LaunchOverride(_Section):
     config: str | None = None
     env: dict[str, str] | None = None
     preflight: list[str] | None = None
+    pass_env: list[EnvName] | None = None
 
 
 class EnvSection(_Section):

@@ -42,6 +42,7 @@ from typing import BinaryIO, TextIO
 
 import psutil
 
+from reprobox.core import environ
 from reprobox.core.errors import LaunchError
 from reprobox.core.spec import check_timeout
 from reprobox.run import interrupts, watchdog
@@ -139,8 +140,9 @@ def one_process(plan: LaunchPlan, args: Sequence[str], log_name: str) -> LaunchP
 
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:
-    """The environment of a process the harness starts in a repro's venv."""
-    env = {**os.environ, **extra, "PYTHONUNBUFFERED": "1"}
+    """The environment of a process the harness starts in a repro's venv: the stack's own
+    set of the harness's variables (`environ.for_launch`: never its secrets) and `extra`."""
+    env = {**environ.for_launch(os.environ), **extra, "PYTHONUNBUFFERED": "1"}
     # Let the processes cache bytecode in the (harness-owned) venv: with
     # PYTHONDONTWRITEBYTECODE set, every rank of every launch recompiles torch & co.;
     # compiling whole envs at install instead costs ~10 s per env (too much for probes).

@@ -272,8 +272,11 @@ def _launch_group(
     assert lead.prepared is not None
     request = _request(repro, group, options)
     command = backend.command(lead.prepared, request)
+    # Which variables the launched processes got (names only): a back end that says.
+    names: list[str] = getattr(backend, "env_names", lambda p, r: [])(lead.prepared, request)
     for item in group:
         item.record.command = command
+        item.record.env_names = list(names)
         if item is not lead:
             item.record.batch_dir = str(lead.run_dir)
     with recording(group):

@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 
+from reprobox.core import environ
 from reprobox.core.cells import Cell
 from reprobox.core.judge import Launched
 from reprobox.core.protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV
@@ -51,6 +52,7 @@ class VenvBackend:
             plan_file.write_text(plan_text(request, [str(c.result) for c in request.cases]))
             protocol, args = {PLAN_ENV: str(plan_file)}, []
         run_env = {
+            **environ.for_launch(os.environ, spec.pass_env),  # never the harness's secrets
             CACHE_ENV: cache,
             **spec.env,
             **protocol,
@@ -79,6 +81,15 @@ class VenvBackend:
 
     def command(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
         return self.plan(prepared, request).argv()
+
+    def env_names(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
+        """The names of the variables the launched processes start with (for the record)."""
+        plan = self.plan(prepared, request)
+        names = set(launcher.child_env(plan.env)) | {launcher.RUN_ID_ENV}
+        names |= {"MASTER_ADDR", "MASTER_PORT"}
+        if plan.launcher == "python" and plan.processes > 1:
+            names |= {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
+        return sorted(names)
 
     def launch(self, prepared: Prepared, request: LaunchRequest) -> Launched:
         plan = self.plan(prepared, request)
