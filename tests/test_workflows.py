@@ -194,3 +194,24 @@ def test_bisect_with_empty_inputs_runs_the_defaults(tmp_path: Path) -> None:
     assert done.stdout.split() == ["-s", "bisect", "--", "kl", "--by-date",
                                    "2023-07-01..2023-11-30", "--float", "trl", "--float",
                                    "accelerate"]  # fmt: skip
+
+
+def test_uploads_are_scrubbed_exports_never_the_raw_results() -> None:
+    """Rank logs can hold secrets: a job uploads what `reprobox export` wrote (or a report,
+    scrubbed as it is written), never the results folder itself."""
+    uploads = 0
+    for path in WORKFLOWS:
+        for name, job in _load(path)["jobs"].items():
+            steps = job.get("steps", [])
+            for index, step in enumerate(steps):
+                if not str(step.get("uses", "")).startswith("actions/upload-artifact"):
+                    continue
+                uploads += 1
+                where = f"{path.name} {name}: {step.get('name')}"
+                target = str(step["with"]["path"]).rstrip("/")
+                if target.endswith("/_report"):
+                    continue
+                assert target == "export", where
+                before = " ".join(str(s.get("run", "")) for s in steps[:index])
+                assert re.search(r"reprobox export .*-o export/", before), where
+    assert uploads >= 5
