@@ -11,8 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, newest_records, reprobox
 
+from conftest import FIXTURES, newest_records, reprobox
 from reprobox.core import environ
 from reprobox.core.errors import SpecError
 from reprobox.core.settings import Settings
@@ -108,13 +108,15 @@ def test_a_uv_source_build_sees_no_secret_of_the_harness(
     dump = tmp_path / "names.txt"
     package = tmp_path / "nosy"
     package.mkdir()
-    (package / "setup.py").write_text(textwrap.dedent(f"""\
+    (package / "setup.py").write_text(
+        textwrap.dedent(f"""\
         import os
         from setuptools import setup
         with open({str(dump)!r}, "w") as handle:
             handle.write(" ".join(sorted(os.environ)))
         setup(name="nosy", version="0.1", py_modules=[])
-    """))
+    """)
+    )
     settings = dataclasses.replace(Settings.from_env(), cache=tmp_path / "cache")
     venv = tmp_path / "venv"
     uv.run_uv([uv.uv_bin(), "venv", "--quiet", "--python", "3.11", str(venv)],
@@ -128,4 +130,3 @@ def test_a_uv_source_build_sees_no_secret_of_the_harness(
     assert "DS_BUILD_OPS" in names  # [env] install_env still reaches the build
     assert not names & {*SECRETS, *HARMLESS}, names & {*SECRETS, *HARMLESS}
     assert "PATH" in names
-
