@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, reprobox
 from gitrepo_fixture import PACKAGE, FlagRepo, make_repo
 
+from conftest import FIXTURES, reprobox
 from reprobox.bisect.summary import LOG_FILE, BisectSummary, read_summary, write_summary
 
 pytestmark = pytest.mark.e2e

@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, newest_records, reprobox
 from gitrepo_fixture import PACKAGE, FlagRepo, make_repo
 
+from conftest import FIXTURES, newest_records, reprobox
 from reprobox.core.errors import BadInput, EnvError
 from reprobox.core.settings import Settings
 from reprobox.envs import git
