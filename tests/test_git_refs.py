@@ -204,3 +204,18 @@ def test_bad_refs_and_sources_exit_2_unbuildable_exit_3(
     assert f"cannot build {PACKAGE} at {sha[:10]}" in broken.stderr.splitlines()[-1]
     for proc in (missing, no_ref, not_git, broken):
         assert "Traceback" not in proc.stderr
+
+
+def test_a_cell_at_a_source_says_how_to_select_it_again(tmp_path: Path) -> None:
+    from reprobox.cli.main import _overrides, _parser
+    from reprobox.core import spec
+    from reprobox.core.cells import make_cell
+
+    repro = spec.load_file(FIXTURES / "repros" / "flagpkg" / "repro.toml", tmp_path)
+    url = "git+file:///somewhere/flagpkg@refs/pull/15/head"
+    checkout = (tmp_path / "work").as_uri()
+    for value in (url, checkout):
+        cell = make_cell(repro, "broken", {PACKAGE: value})
+        assert cell.expect.value == "reproduced"  # the variant's own expectation
+        args = _parser().parse_args(["run", "flagpkg", *cell.run_args()])
+        assert _overrides(args) == {PACKAGE: value}
