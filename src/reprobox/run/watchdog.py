@@ -10,6 +10,10 @@ it (the harness got kill -9, the OOM killer, nox's SIGKILL half a second after C
 watchdog kills all of that, every process carrying the launch's run id, and all their
 descendants, then removes the run's entry from the registry of live runs.
 
+A container run (`podman run`) is watched the same way (`Watcher`): the harness also writes
+"container ENGINE NAME", and a watchdog whose pipe closes removes that container
+(`podman rm -f -t 0 NAME`), which `podman run` would otherwise leave running for ever.
+
 Run as `python -m reprobox.run.watchdog RUN_ID [REGISTRY_FILE]`; it needs only psutil.
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -39,6 +44,7 @@ class LaunchProcesses:
     groups: set[int] = field(default_factory=set)  # process groups (the launch's own first)
     pids: dict[int, float] = field(default_factory=dict)  # pid -> start time
     sessions: set[int] = field(default_factory=set)  # sessions its processes created
+    containers: list[tuple[str, str]] = field(default_factory=list)  # (engine, name)
 
     def belongs(self, proc: psutil.Process, started: float) -> bool:
         """Whether `proc` (started at `started`) is one of the launch's processes."""
@@ -97,6 +103,72 @@ def kill(launch: LaunchProcesses, spare: Sequence[int] = ()) -> int:
     return killed
 
 
+# Engines whose containers a watchdog may remove, and how (quiet when already gone).
+_REMOVE = {
+    "podman": ["rm", "--force", "--time", "0", "--ignore"],
+    "docker": ["rm", "--force"],
+}
+REMOVE_TIMEOUT_S = 60.0
+
+
+def remove_containers(containers: Sequence[tuple[str, str]]) -> None:
+    """Remove the launch's containers (stopped at once: `-t 0`), engine by engine."""
+    for engine, name in containers:
+        if engine not in _REMOVE or not name.startswith("reprobox-"):
+            continue  # only what the harness itself named
+        try:
+            subprocess.run([engine, *_REMOVE[engine], name], capture_output=True,
+                           stdin=subprocess.DEVNULL, timeout=REMOVE_TIMEOUT_S)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+
+
+class Watcher:
+    """A watchdog for what the harness starts outside the launcher (a container run): it
+    removes the containers and kills the processes it was told of if the harness dies
+    before `done()`. Best effort: with no watchdog the harness's own clean-up still runs."""
+
+    def __init__(self, run_id: str) -> None:
+        env = {k: v for k, v in os.environ.items() if k != RUN_ID_ENV}
+        try:
+            self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                [sys.executable, "-m", "reprobox.run.watchdog", run_id],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env,
+                start_new_session=True,  # a Ctrl-C in the terminal is not for it
+            )  # fmt: skip
+        except OSError:
+            self._proc = None
+
+    def container(self, engine: str, name: str) -> None:
+        """Remove this container if the harness dies (say so before starting it)."""
+        self._send(f"container {engine} {name}")
+
+    def process(self, pid: int) -> None:
+        """Kill this process (and its descendants) if the harness dies."""
+        try:
+            self._send(f"pid {pid} {psutil.Process(pid).create_time()!r}")
+        except psutil.Error:
+            pass  # already gone
+
+    def done(self) -> None:
+        """The run is over and cleaned up: the watchdog exits quietly."""
+        self._send("done")
+        if self._proc is not None and self._proc.stdin is not None:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
+
+    def _send(self, line: str) -> None:
+        if self._proc is None or self._proc.stdin is None:
+            return
+        try:
+            self._proc.stdin.write(f"{line}\n".encode())
+            self._proc.stdin.flush()
+        except OSError:
+            self._proc = None
+
+
 class _Stop(Exception):
     pass
 
@@ -131,12 +203,16 @@ def main(argv: Sequence[str]) -> int:
                 elif kind == "pid":
                     pid, started = rest.split()
                     launch.pids[int(pid)] = float(started)
+                elif kind == "container":
+                    engine, name = rest.split()
+                    launch.containers.append((engine, name))
             except ValueError:
                 continue  # a line torn by the harness's death
     except _Stop:
         pass
     if not done:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # finish the job first
+        remove_containers(launch.containers)  # first: a container outlives its client
         kill(launch)
         if registry is not None:
             registry.unlink(missing_ok=True)

@@ -37,7 +37,7 @@ from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
 from reprobox.envs import uv
 from reprobox.envs.torch_source import find_links
-from reprobox.run import pushes
+from reprobox.run import pushes, watchdog
 from reprobox.run.backend import PLAN_FILE, RESULT_FILE, LaunchRequest, Prepared
 from reprobox.run.dockerfile import install_env_arg
 from reprobox.run.exits import last_error, launcher_exits
@@ -470,11 +470,16 @@ class ContainerBackend:
         log = request.log_dir / "launch.log"
         started = time.monotonic()
         timed_out = False
+        # If the harness dies (kill -9), its watchdog removes the container: `podman run`
+        # and the container itself would otherwise run on for ever.
+        guard = watchdog.Watcher(name)
+        guard.container(self.engine.name, name)
         with log.open("wb") as sink:
             sink.write(f"$ {shlex.join(cmd)}\n".encode())
             sink.flush()
             proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)  # fmt: skip
+            guard.process(proc.pid)
             try:
                 proc.wait(timeout=request.timeout)
             except subprocess.TimeoutExpired:
@@ -485,6 +490,8 @@ class ContainerBackend:
                 self.engine.remove(name)
                 proc.wait()
                 raise
+            finally:
+                guard.done()
         if request.preflight is not None and (request.log_dir / RESULT_FILE).is_file():
             # The preflight's /out is its own folder; its result is the cell's.
             (request.log_dir / RESULT_FILE).replace(request.lead.result)
