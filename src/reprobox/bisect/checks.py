@@ -45,12 +45,15 @@ def expected_at(index: int, lo: int, hi: int, result: BisectResult[T]) -> Verdic
 
 
 def verify_sides(
-    prober: Prober[T], items: Sequence[T], result: BisectResult[T], k: int
+    prober: Prober[T], items: Sequence[T], result: BisectResult[T], k: int, workers: int = 1
 ) -> tuple[list[Contradiction], list[str]]:
-    """Probe `k` untried items spread over each side; the contradictions and what was probed."""
+    """Probe `k` untried items spread over each side (`workers` at a time); the
+    contradictions and what was probed."""
     lo, hi = items.index(result.last_start), items.index(result.first_end)
     untried = [i for i in range(len(items)) if not prober.seen(items[i])]
     picks = spread([i for i in untried if i < lo], k) + spread([i for i in untried if i > hi], k)
+    if workers > 1:
+        prober.probe_all([(items[i], 1) for i in picks], workers)  # the loop reads them back
     found: list[Contradiction] = []
     probed: list[str] = []
     for number, index in enumerate(picks):

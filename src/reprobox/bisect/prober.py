@@ -15,8 +15,9 @@ wrong release. The log keeps everything measured before the stop.
 from __future__ import annotations
 
 import hashlib
-import signal
 import json
+import signal
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -28,7 +29,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from reprobox.bisect.log import ProbeLog
-from reprobox.bisect.search import SearchError
+from reprobox.bisect.search import Job, SearchError, ThreadRunner
 from reprobox.bisect.summary import LOG_FILE, ProbeEntry
 from reprobox.core.cells import Cell
 from reprobox.core.errors import BadInput, ExitCode, ReproboxError, Terminated
@@ -38,9 +39,13 @@ from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
 from reprobox.envs import venvs
 from reprobox.run import pipeline
+from reprobox.run.backend import Backend
 from reprobox.run.backends.venv import VenvBackend
 
 T = TypeVar("T")
+# A skip measured off the main thread waits this long before it is logged: a Ctrl-C at the
+# terminal also kills that thread's uv, and its "cannot install" must not be kept as a skip.
+SKIP_HOLD_S = 0.5
 
 # Exit codes of an environment that could not be made: the probe is a skip, not a stop.
 SKIP_CODES = frozenset({ExitCode.ENV_FAILED, ExitCode.BAD_INPUT})
@@ -58,12 +63,14 @@ class ProbeFailed(ReproboxError):
 @dataclass(frozen=True)
 class Target:
     """What every probe runs: one variant of one repro, on one platform, with the process's
-    settings (where results go and records on disk are read; the cache; torch's source)."""
+    settings (where results go and records on disk are read; the cache; torch's source), and
+    where probes launch (None: the venv back end on this machine)."""
 
     repro: Repro
     variant: str
     options: pipeline.RunOptions
     settings: Settings
+    backend: Backend | None = None
 
     @property
     def root(self) -> Path:
@@ -94,12 +101,14 @@ class Probes(Generic[T]):
     resolves to (items with equal keys share one run); it raises a ReproboxError when the
     environment cannot be resolved (a skip for ENV_FAILED / BAD_INPUT, else a stop).
     `warm(item)` prepares an item's environment ahead of time (optional). `versions(item)`
-    lists the packages an item installs (date bisects diff them)."""
+    lists the packages an item installs (date bisects diff them). `cancel()` stops every
+    run in progress (an interrupt while several probes run at once)."""
 
     run: Callable[[T, int], Outcome]
     env_key: Callable[[T], str]
     warm: Callable[[T], None] | None = None
     versions: Callable[[T], dict[str, str]] | None = None
+    cancel: Callable[[], None] | None = None
 
 
 class Prober(Generic[T]):
@@ -107,7 +116,8 @@ class Prober(Generic[T]):
 
     A probe already in the log is not run again; one whose environment equals an earlier
     probe's (same env key, same attempt) reuses that verdict. `runs` lists this session's
-    probes in order, each once."""
+    probes in order, each once. Safe to call from several threads (`probe_all`, the
+    parallel search): probes run at once, the bookkeeping and log appends one at a time."""
 
     def __init__(
         self,
@@ -124,6 +134,8 @@ class Prober(Generic[T]):
         self.runs: list[ProbeEntry] = []
         self._seen: dict[str, ProbeEntry] = {}
         self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
+        self._lock = threading.RLock()  # the log, `runs` and `on_probe`: one thread at a time
+        self._stopping = threading.Event()
 
     def __call__(self, item: T, attempt: int) -> Verdict | None:
         return self.entry(item, attempt).outcome
@@ -131,20 +143,59 @@ class Prober(Generic[T]):
     def entry(self, item: T, attempt: int = 1) -> ProbeEntry:
         """The probe's entry: from this session, from the log, or measured now."""
         key = f"{self.describe(item)}#{attempt}"
-        entry = self._seen.get(key)
-        if entry is not None:
-            return entry
-        logged = self.log.get(key)
-        if logged is not None:
-            entry = logged.model_copy(update={"resumed": True})
-        else:
-            entry = self._measure(item, attempt, key)
+        with self._lock:
+            entry = self._seen.get(key)
+            if entry is not None:
+                return entry
+            logged = self.log.get(key)
+            if logged is not None:
+                return self._keep(key, logged.model_copy(update={"resumed": True}))
+        entry = self._measure(item, attempt, key)  # outside the lock: K probes at once
+        if entry.skip and threading.current_thread() is not threading.main_thread():
+            self._stopping.wait(SKIP_HOLD_S)
+        with self._lock:
+            if self._stopping.is_set():
+                raise KeyboardInterrupt  # measured while the search was being stopped
             self.log.add(entry)
+            return self._keep(key, entry)
+
+    def _keep(self, key: str, entry: ProbeEntry) -> ProbeEntry:
         self._seen[key] = entry
         self.runs.append(entry)
         if self.on_probe is not None:
             self.on_probe(entry)
         return entry
+
+    def stop(self) -> None:
+        """An interrupt: stop every probe in progress and keep none that ends from now on
+        (the log holds what finished before)."""
+        self._stopping.set()
+        if self.probes.cancel is not None:
+            self.probes.cancel()
+
+    def probe_all(self, jobs: Sequence[tuple[T, int]], workers: int) -> list[Verdict | None]:
+        """Every (item, attempt) of `jobs`, `workers` at a time; the verdicts in job order.
+        A stop (a crash) or an interrupt is raised once the probes already running end."""
+        if workers <= 1 or len(jobs) <= 1:
+            return [self(item, attempt) for item, attempt in jobs]
+        runner: ThreadRunner[T] = ThreadRunner(self, workers, on_interrupt=self.stop)
+        verdicts: dict[int, Verdict | None] = {}
+        waiting = list(enumerate(jobs))
+        running = 0
+        try:
+            while waiting or running:
+                while waiting and running < workers:
+                    number, (item, attempt) = waiting.pop(0)
+                    runner.start(Job(number, item, attempt))
+                    running += 1
+                for job, verdict in runner.wait():
+                    verdicts[job.index] = verdict
+                    running -= 1
+        except BaseException as exc:
+            runner.abort(isinstance(exc, KeyboardInterrupt))
+            raise
+        runner.close()
+        return [verdicts[number] for number in range(len(jobs))]
 
     def seen(self, item: T) -> bool:
         """Whether this session has probed `item` (any attempt)."""
@@ -166,7 +217,9 @@ class Prober(Generic[T]):
                 return ProbeEntry(**base, skip=True, reason=str(exc))
             raise ProbeFailed(self._stop_message(name, str(exc)), exit_code=exc.exit_code) from None
         base["lock_hash"] = env_key
-        for earlier in list(self.log.entries.values()):
+        with self._lock:
+            logged = list(self.log.entries.values())
+        for earlier in logged:
             # Another item that resolved to the very same environment (days often do).
             if earlier.lock_hash == env_key and earlier.attempt == attempt:
                 return ProbeEntry(
@@ -259,7 +312,7 @@ def pipeline_probes(
     launch); the run then installs and launches against that lock, its folder under `runs`."""
     repro, options, settings = target.repro, target.options, target.settings
     platform = options.platform
-    backend = VenvBackend(settings)
+    backend: Backend = target.backend if target.backend is not None else VenvBackend(settings)
     store = RecordStore(settings.results)
 
     def env_key(item: T) -> str:
@@ -283,7 +336,8 @@ def pipeline_probes(
     def versions(item: T) -> dict[str, str]:
         return lock_versions(lock_of(item))
 
-    return Probes(run=run, env_key=env_key, warm=warm, versions=versions)
+    cancel = getattr(backend, "cancel_all", None)
+    return Probes(run=run, env_key=env_key, warm=warm, versions=versions, cancel=cancel)
 
 
 def lock_versions(lock: Path) -> dict[str, str]:

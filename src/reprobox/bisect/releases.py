@@ -29,7 +29,7 @@ from reprobox.bisect.prober import (
     default_log,
     pipeline_probes,
 )
-from reprobox.bisect.search import BisectResult, bisect
+from reprobox.bisect.search import BisectResult, ThreadRunner, bisect, multisect
 from reprobox.bisect.summary import (
     BisectSummary,
     Contradiction,
@@ -83,17 +83,21 @@ def release_bisect(
     log_path: Path | None = None,
     on_probe: Callable[[ProbeEntry], None] | None = None,
     probes: Probes[str] | None = None,
+    workers: int = 1,
 ) -> BisectSummary:
     """Bisect the releases of `package` between `good` (clean) and `bad` (reproduces).
 
     `verify` extra probes per side (default: 2 over more than 8 releases, else none); `probes`
-    replaces the real runs (tests)."""
+    replaces the real runs (tests). With `workers` > 1 the ends run at once and the search is
+    a multisection (`search.multisect`): K probes at a time, on the target's back end."""
     repro, platform = target.repro, target.options.platform
     name = canonicalize_name(package)
     if name not in repro.pinned_packages():
         raise BadInput(f"{package} is not a package that {repro.name} pins")
     if verify is not None and verify < 0:
         raise BadInput("--verify must be 0 or more")
+    if workers < 1:
+        raise BadInput("--workers must be 1 or more")
     chosen = _range_releases(index.releases(package), package, good, bad)
     versions = [str(r.version) for r in chosen]
     yanked = [str(r.version) for r in chosen if r.yanked]
@@ -129,12 +133,23 @@ def release_bisect(
         verified: list[str] = []
         try:
             # as the index spells them ("1.25" is 1.25.0), so each end is probed once
-            check_ends(prober, str(Version(good)), str(Version(bad)), sweep)
+            check_ends(prober, str(Version(good)), str(Version(bad)), sweep, workers)
             with answering():
-                result = bisect(versions, prober, confirm=confirm, prefetch=prober.prefetch)
+                if workers > 1:
+                    runner = ThreadRunner(prober, workers, on_interrupt=prober.stop)
+                    result = multisect(
+                        versions, prober, workers=workers, confirm=confirm, runner=runner
+                    )
+                else:
+                    result = bisect(versions, prober, confirm=confirm, prefetch=prober.prefetch)
+            found = [
+                Contradiction(item=item, verdict=verdict, expected=expected, source="probe")
+                for item, verdict, expected in result.contradictions
+            ]
             if result.status != "flaky":
                 k = checks.default_verify(len(versions)) if verify is None else verify
-                found, verified = checks.verify_sides(prober, versions, result, k)
+                contradicting, verified = checks.verify_sides(prober, versions, result, k, workers)
+                found += contradicting
         finally:
             prober.close()
         ours = {p.key for p in prober.runs}
@@ -160,9 +175,12 @@ def release_bisect(
         return write_summary(path, summary)
 
 
-def check_ends(prober: Prober[str], good: str, bad: str, sweep: str) -> None:
-    """Fail fast, before any search, when the ends are not what the user says they are."""
+def check_ends(prober: Prober[str], good: str, bad: str, sweep: str, workers: int = 1) -> None:
+    """Fail fast, before any search, when the ends are not what the user says they are (with
+    `workers` > 1 both ends run at once)."""
     got: dict[str, Verdict] = {}
+    if workers > 1:
+        prober.probe_all([(good, 1), (bad, 1)], workers)  # the loop below reads them back
     for flag, item in (("--good", good), ("--bad", bad)):
         verdict = prober(item, 1)
         if verdict is None:

@@ -63,8 +63,10 @@ def sweep(
     log_path: Path | None = None,
     on_probe: Callable[[ProbeEntry], None] | None = None,
     probes: Probes[str] | None = None,
+    workers: int = 1,
 ) -> BisectSummary:
-    """Probe every release of `package` in `specifier` (yanked ones too, marked)."""
+    """Probe every release of `package` in `specifier` (yanked ones too, marked), `workers`
+    at a time."""
     repro, platform = target.repro, target.options.platform
     name = canonicalize_name(package)
     if name not in repro.pinned_packages():
@@ -73,6 +75,8 @@ def sweep(
     chosen = select(releases, specifier, include_yanked=True)
     if not chosen:
         raise BadInput(f"no release of {name} matches {specifier!r}")
+    if workers < 1:
+        raise BadInput("--workers must be 1 or more")
     versions = [str(v) for v in chosen]
     yanked = sorted(
         {str(r.version) for r in releases if r.yanked} & set(versions), key=versions.index
@@ -101,7 +105,10 @@ def sweep(
         started = time.monotonic()
         verdicts: list[tuple[str, Verdict | None]] = []
         try:
-            for number, version in enumerate(versions):
+            if workers > 1:
+                found = prober.probe_all([(version, 1) for version in versions], workers)
+                verdicts = list(zip(versions, found, strict=True))
+            for number, version in enumerate(versions if workers <= 1 else []):
                 prober.prefetch(versions[number + 1 : number + 2])
                 verdicts.append((version, prober(version, 1)))
         finally:

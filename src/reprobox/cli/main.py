@@ -142,6 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     _cell_arguments(run)
     run.add_argument("--matrix", action="store_true", help="run every cell of [matrix]")
     run.add_argument("--echo", action="store_true", help="stream the launcher's output")
+    _workers_argument(run, "launches")
+    _backend_arguments(run)
     _format_argument(run)
     run.set_defaults(handler=cmd_run)
 
@@ -151,6 +153,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     verdict.add_argument("repro", help="the repro to run (see `reprobox list`)")
     _cell_arguments(verdict)
+    _backend_arguments(verdict)
     verdict.set_defaults(handler=cmd_verdict)
 
     bisect = commands.add_parser(
@@ -223,6 +226,8 @@ def _parser() -> argparse.ArgumentParser:
         help="with --commits: walk the first-parent history only (default true: a merged "
         "pull request is one step); false descends into a merge to the commit inside it",
     )
+    _workers_argument(bisect, "probes")
+    _backend_arguments(bisect)
     bisect.set_defaults(handler=cmd_bisect)
 
     sweep = commands.add_parser(
@@ -244,6 +249,8 @@ def _parser() -> argparse.ArgumentParser:
         "--platform", default="cpu", choices=["cpu", "gpu"], help="where to run (default: cpu)"
     )
     sweep.add_argument("--timeout", type=float, help="seconds per probe")
+    _workers_argument(sweep, "probes")
+    _backend_arguments(sweep)
     sweep.set_defaults(handler=cmd_sweep)
 
     image = commands.add_parser("image", help="build a variant's pinned image (and --run it)")
@@ -301,6 +308,57 @@ def _format_argument(parser: argparse.ArgumentParser) -> None:
         help="the verdict table: rich (a terminal), plain (aligned text, never wrapped), "
         "markdown (a pipe table); default auto: rich at a terminal, else plain",
     )
+
+
+def _workers_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="K",
+        help=f"run K {what} at once (default 1); a bisect then cuts the open range into "
+        "K+1 parts a round",
+    )
+
+
+def _backend_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend",
+        choices=["venv", "slurm"],
+        default="venv",
+        help="where launches run: venv (this machine, default) or slurm (one batch job per "
+        "launch; the results folder and cache must be on a file system the nodes share)",
+    )
+    parser.add_argument("--partition", help="slurm: the partition to submit to")
+    parser.add_argument("--gres", metavar="GRES", help="slurm: generic resources, e.g. gpu:1")
+    parser.add_argument(
+        "--time",
+        metavar="LIMIT",
+        help="slurm: the job time limit (minutes, or [D-]HH:MM:SS; default: the timeout plus "
+        "a minute)",
+    )
+
+
+def _backend(args: argparse.Namespace) -> Backend | None:
+    """The back end the flags ask for: None for the plain venv back end (one launch at a
+    time), a runner process per launch for --workers K, or Slurm (checked before anything
+    runs: its client tools, its controller, the partition)."""
+    from reprobox.run.backends import detached, slurm
+
+    workers = getattr(args, "workers", 1)
+    if workers < 1:
+        raise BadInput("--workers must be 1 or more")
+    kind = getattr(args, "backend", "venv")
+    if kind != "slurm":
+        given = [f for f in ("partition", "gres", "time") if getattr(args, f, None)]
+        if given:
+            raise BadInput(f"--{given[0]} goes with --backend slurm")
+        return detached.DetachedBackend(_settings(args)) if workers > 1 else None
+    backend = slurm.SlurmBackend(
+        _settings(args), partition=args.partition, gres=args.gres, time=args.time
+    )
+    backend.check()
+    return backend
 
 
 def _cell_arguments(parser: argparse.ArgumentParser) -> None:
@@ -402,6 +460,7 @@ def _options(args: argparse.Namespace) -> workflow.RunOptions:
         platform=args.platform,
         timeout=args.timeout,
         echo=sys.stderr if getattr(args, "echo", False) else None,
+        workers=getattr(args, "workers", 1),
     )
 
 
@@ -425,7 +484,8 @@ def _run(
 def cmd_run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     repro = spec.load(settings.root, args.repro)
-    records = _run(repro, _cells(repro, args), VenvBackend(settings), args)
+    cells = _cells(repro, args)
+    records = _run(repro, cells, _backend(args) or VenvBackend(settings), args)
     ui.verdict_table(records, format=args.format)
     _say_commits(records)
     return _conclude(records)
@@ -462,7 +522,7 @@ def cmd_verdict(args: argparse.Namespace) -> int:
     if len(cells) != 1:
         raise BadInput("verdict takes exactly one --variant")
     store = RecordStore(settings.results)
-    backend = VenvBackend(settings)
+    backend = _backend(args) or VenvBackend(settings)
     [record] = workflow.run_cells(repro, cells, backend, store, settings, _options(args))
     ui.record_line(record)
     _say_commits([record])
@@ -484,7 +544,7 @@ def _bisect_target(args: argparse.Namespace) -> tuple[Target, spec.BisectSection
     if variant is None:
         raise BadInput(f"--variant is needed: {repro.name} has no [bisect] variant")
     repro.variant(variant)
-    return Target(repro, variant, _options(args), settings), defaults
+    return Target(repro, variant, _options(args), settings, _backend(args)), defaults
 
 
 def _boolean(text: str) -> bool:
@@ -504,6 +564,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         raise BadInput("--confirm must be 0 or more")
     if not args.commits and (args.repo or args.tag_format or args.first_parent is not True):
         raise BadInput("--repo, --tag-format and --first-parent go with --commits")
+    if args.workers > 1 and (args.commits or args.by_date):
+        ui.info("reprobox: --workers applies to release bisects; this one probes one at a time")
     with ui.BisectProgress(target.repro.name) as progress:
         if args.commits:
             if args.by_date:
@@ -556,6 +618,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 verify=args.verify,
                 log_path=args.log,
                 on_probe=progress.probe,
+                workers=args.workers,
             )
     ui.bisect_summary(summary)
     # Only "found" and "ambiguous" are answers; flaky and non-monotone histories are not.
@@ -571,7 +634,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise BadInput("--package is needed (no [bisect] package)")
     with ui.BisectProgress(target.repro.name, verb="sweeping") as progress:
         summary = sweep.sweep(
-            target, package, args.range, _index(args), log_path=args.log, on_probe=progress.probe
+            target,
+            package,
+            args.range,
+            _index(args),
+            log_path=args.log,
+            on_probe=progress.probe,
+            workers=args.workers,
         )
     ui.bisect_summary(summary)
     return int(ExitCode.OK)

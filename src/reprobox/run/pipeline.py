@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import errno
 import json
+import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,7 @@ class RunOptions:
     timeout: float | None = None  # overrides [launch] timeout
     lock: Path | None = None  # run against this lock instead (date-bisection probes)
     results_base: Path | None = None  # keep run dirs here instead (bisection probes)
+    workers: int = 1  # launches at once, on a back end that allows it (`concurrent`)
 
 
 # ---- locks and environments (what every back end installs) ---------------------------------
@@ -175,17 +178,59 @@ def run_cells(
             if item.open:
                 _preflight(repro, item, backend, options)
         ready = [item for item in pending if item.open]
-        for group in _groups(repro, ready):
-            if on_start is not None:
-                on_start([item.cell for item in group])
-            _launch_group(repro, group, backend, options)
-            _finish(group, records, on_record)
+        groups = _groups(repro, ready)
+        if options.workers > 1 and len(groups) > 1 and getattr(backend, "concurrent", False):
+            _launch_concurrently(repro, groups, backend, options, records, on_start, on_record)
+        else:
+            for group in groups:
+                if on_start is not None:
+                    on_start([item.cell for item in group])
+                _launch_group(repro, group, backend, options)
+                _finish(group, records, on_record)
         _finish([item for item in pending if item not in ready], records, on_record)
     finally:
         for item in pending:
             _remove_if_empty(item.run_dir)
     order = {id(item.record): index for index, item in enumerate(pending)}
     return sorted(records, key=lambda r: order[id(r)])
+
+
+def _launch_concurrently(
+    repro: Repro,
+    groups: list[list[Pending]],
+    backend: Backend,
+    options: RunOptions,
+    records: list[Record],
+    on_start: Callable[[list[Cell]], None] | None,
+    on_record: Callable[[Record], None] | None,
+) -> None:
+    """`options.workers` launches at once (each its own run folder, port and process group,
+    on a back end that runs each launch apart: `concurrent`). A launch's failure is its
+    cells' records, as in order; an interrupt stops every launch (`cancel_all`), waits for
+    them to save their records, then propagates."""
+    lock = threading.Lock()
+
+    def one(group: list[Pending]) -> list[Pending]:
+        if on_start is not None:
+            with lock:
+                on_start([item.cell for item in group])
+        _launch_group(repro, group, backend, options)
+        return group
+
+    with ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="launch") as pool:
+        running = {pool.submit(one, group) for group in groups}
+        try:
+            while running:
+                done, running = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in done:
+                    _finish(future.result(), records, on_record)
+        except BaseException as exc:
+            cancel = getattr(backend, "cancel_all", None)
+            if isinstance(exc, KeyboardInterrupt) and cancel is not None:
+                cancel()
+            for future in running:
+                future.exception()  # wait: the interrupted launches save their records
+            raise
 
 
 def _new_pending(repro: Repro, cell: Cell, store: RecordStore, options: RunOptions) -> Pending:

@@ -1,0 +1,347 @@
+"""The Slurm back end: each launch (a probe, a cell, a batch of cells) is one batch job.
+
+`prepare` builds the venv as the venv back end does: the nodes run it from the same path,
+so the cache (venvs), the results folder (run folders, logs, results) and the harness's
+own installation must be on a file system the nodes share. `launch` writes the venv back
+end's launch plan and a batch script that runs it with the harness's launcher on the node
+(`reprobox.run.backends.detached`: process group, rank logs, the timeout, clean-up), submits
+it with `sbatch --parsable`, waits with `scontrol show job` (accounting may be off: no
+sacct), and reads back how it ended: the runner's outcome file in the run folder (every
+rank's exit status), else Slurm's JobState and ExitCode=a:b. The judge then decides, as for
+every back end.
+
+The timeout is the launcher's own kill on the node; the job's time limit is that plus a
+margin (Slurm counts whole minutes), unless `--time` says otherwise. `--no-requeue`: a job
+whose node fails ends NODE_FAIL instead of waiting in the queue for the node to return.
+An interrupt (Ctrl-C, SIGTERM) scancels every job this back end submitted, by their shared
+job name (a job whose `sbatch` was cut short included), and waits until `squeue` lists none.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from reprobox.core.cells import Cell
+from reprobox.core.errors import (
+    BadInput,
+    EngineError,
+    ExitCode,
+    LaunchError,
+    LaunchTimeout,
+    ReproboxError,
+)
+from reprobox.core.files import atomic_write
+from reprobox.core.judge import Launched
+from reprobox.core.settings import Settings
+from reprobox.core.spec import Repro
+from reprobox.run import interrupts
+from reprobox.run.backend import LaunchRequest, Prepared
+from reprobox.run.backends import detached
+from reprobox.run.backends.venv import VenvBackend
+
+TOOLS = ("sbatch", "squeue", "scontrol", "scancel")
+MARGIN_S = 60.0  # the job's time limit over the launch's timeout: start-up and clean-up
+CLIENT_TIMEOUT_S = 60.0  # a Slurm client call that takes longer: slurmctld is not answering
+CANCEL_WAIT_S = 60.0  # how long an scancel'ed job may take to leave the queue
+JOB_FILE = "slurm.json"  # per launch: job id, state, exit code and its timings
+ENDED = frozenset(
+    {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY",
+     "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT"}
+)  # fmt: skip
+_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+_FIELD = re.compile(r"(\S+?)=(\S*)")
+
+
+class SlurmError(EngineError):
+    """No Slurm client, or a cluster that does not answer (exit 5, as for no engine)."""
+
+
+def check_time(value: str) -> str:
+    """A --time value Slurm takes: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]."""
+    if not _TIME.match(value):
+        raise BadInput(f"--time {value!r} is not a Slurm time limit (minutes, or [D-]HH:MM:SS)")
+    return value
+
+
+def time_limit(timeout: float) -> str:
+    """The job's time limit for a launch timeout: timeout + MARGIN_S, whole minutes up."""
+    return str(max(1, math.ceil((timeout + MARGIN_S) / 60)))
+
+
+def limit_seconds(limit: str) -> float:
+    """Seconds of a Slurm time limit string (for messages and the harness's own kill)."""
+    days, _, rest = limit.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        hours, minutes, seconds = [*parts, 0, 0][:3]
+    elif len(parts) == 1:
+        hours, minutes, seconds = 0, parts[0], 0
+    elif len(parts) == 2:
+        hours, (minutes, seconds) = 0, parts
+    else:
+        hours, minutes, seconds = parts
+    return float((int(days or 0) * 24 + hours) * 3600 + minutes * 60 + seconds)
+
+
+def fields(text: str) -> dict[str, str]:
+    """`scontrol show -o` output (Key=Value ...) as a dict (values without spaces)."""
+    return dict(_FIELD.findall(text))
+
+
+class SlurmBackend:
+    """Launches as Slurm batch jobs, from threads too (`--workers K`: K jobs at once)."""
+
+    name = "slurm"
+    concurrent = True
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        partition: str | None = None,
+        gres: str | None = None,
+        time: str | None = None,
+        poll_s: float = 0.5,
+    ) -> None:
+        self.venv = VenvBackend(settings)
+        self.partition, self.gres, self.poll_s = partition, gres, poll_s
+        self.time = check_time(time) if time else None
+        self.job_name = f"reprobox-{uuid.uuid4().hex[:10]}"  # every job of this back end
+        self._jobs: set[str] = set()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+
+    # -- before anything runs ------------------------------------------------------------
+
+    def check(self) -> None:
+        """Fail before any probe or cell: the Slurm client tools, a controller that
+        answers, and the partition asked for."""
+        missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+        if missing:
+            raise SlurmError(
+                f"{', '.join(missing)} not found on PATH: --backend slurm needs the Slurm "
+                "client commands of a cluster (Debian: slurm-client; a test cluster: "
+                "scripts/slurm-cluster.sh)"
+            )
+        out = self._client(["scontrol", "show", "partition", "-o"], what="list the partitions")
+        names = [fields(line).get("PartitionName", "") for line in out.splitlines()]
+        names = [n for n in names if n]
+        if self.partition is not None and self.partition not in names:
+            known = ", ".join(names) or "none"
+            raise BadInput(
+                f"--partition {self.partition}: no such partition on this cluster "
+                f"(partitions: {known})"
+            )
+
+    # -- the Backend protocol ------------------------------------------------------------
+
+    def prepare(self, repro: Repro, cell: Cell, lock: Path) -> Prepared:
+        return replace(self.venv.prepare(repro, cell, lock), runner="slurm")
+
+    def options(self, request: LaunchRequest) -> list[str]:
+        """sbatch's options for one launch."""
+        limit = self.time or time_limit(request.timeout)
+        return [
+            "--parsable",
+            *("--job-name", self.job_name),
+            *("--output", str(request.log_dir / "slurm-%j.out")),
+            *("--chdir", str(request.lead.run_dir)),
+            *("--time", limit),
+            "--nodes=1",
+            "--no-requeue",
+            *(["--partition", self.partition] if self.partition else []),
+            *(["--gres", self.gres] if self.gres else []),
+        ]
+
+    def env_names(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
+        """The variables the launched processes start with (names only, for the record)."""
+        names = getattr(self.venv, "env_names", None)
+        return list(names(prepared, request)) if names is not None else []
+
+    def command(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
+        inner = shlex.join(self.venv.command(prepared, request))
+        return ["sbatch", *self.options(request)[1:], "--wrap", inner]
+
+    def launch(self, prepared: Prepared, request: LaunchRequest) -> Launched:
+        if self._stopping.is_set():
+            raise KeyboardInterrupt
+        plan = self.venv.plan(prepared, request)
+        log_dir = plan.log_dir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        plan_file, outcome_file = log_dir / detached.PLAN_NAME, log_dir / detached.OUTCOME_NAME
+        outcome_file.unlink(missing_ok=True)
+        detached.write_plan(plan, plan_file)
+        script = log_dir / "slurm-job.sh"
+        runner = shlex.join(detached.runner_argv(plan_file, outcome_file))
+        atomic_write(
+            script,
+            "#!/bin/sh\n# One reprobox launch, run on the node by the harness's own launcher.\n"
+            f"exec {runner}\n",
+        )
+        limit = self.time or time_limit(request.timeout)
+        timing: dict[str, Any] = {"submitted_at": time.time(), "time_limit": limit}
+        job = self._submit([*self.options(request), str(script)])
+        timing["job"] = job
+        try:
+            final = self._wait(job, request.timeout, limit)
+        except KeyboardInterrupt:
+            with interrupts.shielded(raise_pending=False):
+                self._cancel([job])
+            raise
+        finally:
+            with self._lock:
+                self._jobs.discard(job)
+        data = detached.read_outcome(outcome_file)
+        timing.update(
+            read_at=time.time(),
+            state=final.get("JobState", "unknown"),
+            exit_code=final.get("ExitCode", ""),
+            node=final.get("NodeList", ""),
+            started_at=data.get("started_at") if data else None,
+            ended_at=data.get("ended_at") if data else None,
+        )
+        atomic_write(log_dir / JOB_FILE, _json(timing))
+        return self._launched(plan, request, job, final, data, limit)
+
+    # -- submitting, waiting, cancelling -------------------------------------------------
+
+    def _client(self, argv: list[str], *, what: str, check: bool = True) -> str:
+        """Run a Slurm client command in its own session (a Ctrl-C at the terminal is the
+        harness's to handle: it cancels the jobs, which a killed client could not)."""
+        try:
+            proc = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=CLIENT_TIMEOUT_S,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+            )
+        except FileNotFoundError:
+            raise SlurmError(f"{argv[0]} not found on PATH (needed by --backend slurm)") from None
+        except subprocess.TimeoutExpired:
+            raise SlurmError(
+                f"{argv[0]} did not answer in {CLIENT_TIMEOUT_S:g}s: is slurmctld running?"
+            ) from None
+        if proc.returncode < 0 and -proc.returncode in (signal.SIGINT, signal.SIGTERM):
+            raise KeyboardInterrupt
+        if check and proc.returncode != 0:
+            why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            text = why[-1] if why else f"exit {proc.returncode}"
+            if "Unable to contact slurm controller" in proc.stderr:
+                raise SlurmError(f"cannot {what}: slurmctld does not answer ({text})")
+            raise ReproboxError(f"cannot {what}: {text}", exit_code=ExitCode.RUN_FAILED)
+        return proc.stdout
+
+    def _submit(self, argv: list[str]) -> str:
+        out = self._client(["sbatch", *argv], what="submit the job (sbatch)")
+        job = out.strip().split(";")[0]
+        if not job.isdigit():
+            raise LaunchError(f"sbatch answered {out.strip()!r}, not a job id")
+        with self._lock:
+            self._jobs.add(job)
+        return job
+
+    def _state(self, job: str) -> dict[str, str]:
+        out = self._client(["scontrol", "show", "job", "-o", job], what="read the job", check=False)
+        found = fields(out)
+        if "JobState" not in found:  # purged from slurmctld (MinJobAge) or never known
+            return {"JobState": "GONE"}
+        return found
+
+    def _wait(self, job: str, timeout: float, limit: str) -> dict[str, str]:
+        """Poll until the job ends; its last scontrol fields. The harness's own kill: a job
+        running well past its time limit (a controller that lost it) is cancelled."""
+        running_since: float | None = None
+        deadline = limit_seconds(limit) + MARGIN_S
+        while True:
+            if self._stopping.is_set():
+                raise KeyboardInterrupt  # cancel_all: the except of `launch` scancels it
+            state = self._state(job)
+            name = state["JobState"]
+            if name in ENDED or name == "GONE":
+                return state
+            if name == "RUNNING" and running_since is None:
+                running_since = time.monotonic()
+            if running_since is not None and time.monotonic() - running_since > deadline:
+                self._cancel([job])
+                return {**state, "JobState": "TIMEOUT", "harness_kill": "1"}
+            time.sleep(self.poll_s)
+
+    def queued(self) -> list[str]:
+        """This back end's jobs that squeue still lists (pending, running or completing)."""
+        out = self._client(
+            ["squeue", "-h", "--name", self.job_name, "-o", "%i"], what="list the jobs", check=False
+        )
+        return [line.strip() for line in out.splitlines() if line.strip()]
+
+    def _cancel(self, jobs: list[str]) -> None:
+        """scancel `jobs` and every job of this back end's name; wait until squeue lists none."""
+        try:
+            if jobs:
+                self._client(["scancel", *jobs], what="cancel the jobs", check=False)
+            self._client(["scancel", "--name", self.job_name], what="cancel the jobs", check=False)
+            deadline = time.monotonic() + CANCEL_WAIT_S
+            while self.queued() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        except (ReproboxError, KeyboardInterrupt):
+            pass  # best effort inside a clean-up; `reprobox` names what is left
+
+    def cancel_all(self) -> None:
+        """Stop everything this back end submitted (an interrupt reached the harness)."""
+        self._stopping.set()
+        with self._lock:
+            jobs = sorted(self._jobs)
+        self._cancel(jobs)
+
+    # -- how the job ended ---------------------------------------------------------------
+
+    def _launched(
+        self,
+        plan: Any,
+        request: LaunchRequest,
+        job: str,
+        final: dict[str, str],
+        data: dict[str, Any] | None,
+        limit: str,
+    ) -> Launched:
+        state = final.get("JobState", "GONE")
+        node = final.get("NodeList") or "its node"
+        out = request.log_dir / f"slurm-{job}.out"
+        where = f"; logs in {request.lead.run_dir} (Slurm's: {out.name})"
+        if state == "TIMEOUT":
+            who = "reprobox cancelled it" if final.get("harness_kill") else "Slurm killed it"
+            raise LaunchTimeout(
+                f"slurm job {job} ran past its time limit ({limit}); {who}{where}",
+                exit_code=ExitCode.TIMEOUT,
+            )
+        if state == "NODE_FAIL":
+            raise LaunchError(f"slurm job {job} failed: {node} went down (NODE_FAIL){where}")
+        if state in ("CANCELLED", "PREEMPTED"):
+            raise LaunchError(f"slurm job {job} was {state.lower()} outside reprobox{where}")
+        if state == "OUT_OF_MEMORY":
+            raise LaunchError(f"slurm job {job} ran out of memory (OUT_OF_MEMORY){where}")
+        if data is None or ("returncode" not in data and "error" not in data and
+                            "interrupted" not in data):  # fmt: skip
+            code = final.get("ExitCode", "?")
+            raise LaunchError(
+                f"slurm job {job} ended {state} (ExitCode {code}) before its launch wrote an "
+                f"outcome{where}"
+            )
+        return detached.launched(plan, data, request.lead.run_dir)
+
+
+def _json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"

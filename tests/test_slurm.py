@@ -1,0 +1,253 @@
+"""The Slurm back end against a real single-node cluster (scripts/slurm-cluster.sh: munged,
+slurmctld and slurmd as root, one node, a `debug` partition), started once for the session
+and stopped by pid. No fake sbatch. Where Slurm cannot be had (not root, no slurm-wlm),
+the tests fail and say how to install it, unless REPROBOX_SKIP_SLURM=1 leaves them out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, newest_records, reprobox
+from reprobox.core.errors import ExitCode
+from reprobox.run import launcher
+from reprobox.run.backends import detached, slurm
+
+CLUSTER = ROOT / "scripts" / "slurm-cluster.sh"
+NODE = socket.gethostname().split(".")[0]
+
+
+def _free_port_pair() -> int:
+    """A port p with p and p+1 free (slurmctld and slurmd), so clusters never collide."""
+    for _ in range(50):
+        port = launcher.free_port()
+        with socket.socket() as second:
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free pair of ports")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A running cluster for the session; SLURM_CONF points at it while the tests run."""
+    missing = [t for t in ("munged", "slurmctld", "slurmd", "sbatch") if not shutil.which(t)]
+    why = ""
+    if missing:
+        why = f"{', '.join(missing)} missing: install slurm-wlm and munge (scripts/setup-system.sh)"
+    elif os.geteuid() != 0:
+        why = "the test cluster's daemons run as root: run the Slurm tests as root"
+    if why:
+        if os.environ.get("REPROBOX_SKIP_SLURM") == "1":
+            pytest.skip(f"REPROBOX_SKIP_SLURM=1: {why}")
+        pytest.fail(f"{why} (or set REPROBOX_SKIP_SLURM=1 to leave the Slurm tests out)")
+    where = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "REPROBOX_SLURM_PORT": str(_free_port_pair())}
+    started = subprocess.run(
+        ["bash", str(CLUSTER), "start", str(where)], capture_output=True, text=True, env=env
+    )
+    if started.returncode != 0:
+        pytest.fail(f"the test cluster did not start: {started.stderr.strip()}")
+    conf = started.stdout.strip().splitlines()[-1].split("=", 1)[1]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLURM_CONF", conf)
+        try:
+            yield where
+        finally:
+            subprocess.run(["bash", str(CLUSTER), "stop", str(where)], check=False)
+    for name in ("slurmd", "slurmctld", "munged"):
+        assert f"{name} " not in (where / "pids").read_text() if (where / "pids").exists() else True
+
+
+@pytest.fixture
+def cluster(slurm_cluster: Path) -> Iterator[Path]:
+    """The session's cluster, its node back to idle after each test; no job of ours left."""
+    yield slurm_cluster
+    _scontrol("update", f"nodename={NODE}", "state=resume")
+    assert _queued() == [], "a test left jobs in the queue"
+
+
+def _scontrol(*args: str) -> str:
+    proc = subprocess.run(["scontrol", *args], capture_output=True, text=True)
+    return proc.stdout + proc.stderr
+
+
+def _queued() -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def _errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("reprobox: error:")]
+
+
+def _wait_for(check, seconds: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+# -- pure parts (no cluster) ---------------------------------------------------------------
+
+
+def test_time_limits_follow_the_timeout_and_slurm_spellings() -> None:
+    assert slurm.time_limit(8) == "2" and slurm.time_limit(300) == "6"
+    assert [slurm.limit_seconds(t) for t in ("5", "1:30", "1:00:00", "1-2")] == [
+        300.0, 90.0, 3600.0, 93600.0
+    ]  # fmt: skip
+    assert slurm.check_time("0:30") == "0:30"
+    with pytest.raises(slurm.BadInput, match="not a Slurm time limit"):
+        slurm.check_time("10m")
+    found = slurm.fields("JobId=7 JobState=NODE_FAIL Reason=NodeDown ExitCode=0:9 NodeList=n1")
+    assert (found["JobState"], found["ExitCode"], found["NodeList"]) == ("NODE_FAIL", "0:9", "n1")
+
+
+def test_a_launch_plan_survives_the_trip_to_the_node(tmp_path: Path) -> None:
+    plan = launcher.LaunchPlan(
+        launcher="python", bin_dir=tmp_path / "bin", processes=2, script=tmp_path / "s.py",
+        script_args=["--mode", "clean"], timeout=8.0, log_dir=tmp_path / "logs", cwd=tmp_path,
+        env={"A": "1"}, launcher_args=["-u"], config=None, port=1234, registry=tmp_path / "runs",
+    )  # fmt: skip
+    detached.write_plan(plan, tmp_path / "plan.json")
+    assert detached.read_plan(tmp_path / "plan.json") == plan
+
+
+def test_no_sbatch_on_path_is_one_line_and_exit_5(toy_root: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {**os.environ, "PATH": str(empty)}
+    done = subprocess.run(
+        [sys.executable, "-m", "reprobox", "run", "toy", "--backend", "slurm"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert done.returncode == ExitCode.NO_ENGINE, done.stderr
+    [line] = _errors(done.stderr)
+    assert "sbatch, squeue, scontrol, scancel not found on PATH" in line
+    assert not (toy_root / "results").exists()  # nothing ran
+    done = reprobox("run", "toy", "--partition", "debug")
+    assert done.returncode == ExitCode.BAD_INPUT
+    assert "--partition goes with --backend slurm" in _errors(done.stderr)[0]
+
+
+# -- against the cluster -------------------------------------------------------------------
+
+
+def test_a_partition_that_does_not_exist(cluster: Path, toy_root: Path) -> None:
+    done = reprobox("run", "toy", "--backend", "slurm", "--partition", "nope")
+    assert done.returncode == ExitCode.BAD_INPUT, done.stderr
+    [line] = _errors(done.stderr)
+    assert "--partition nope: no such partition on this cluster (partitions: debug)" in line
+
+
+@pytest.mark.e2e
+def test_a_matrix_through_slurm_gives_the_local_answer(cluster: Path, toy_root: Path) -> None:
+    on_slurm = reprobox("run", "toy", "--matrix", "--backend", "slurm", "--workers", "2")
+    assert on_slurm.returncode == 0, on_slurm.stderr
+    slurm_records = newest_records(toy_root / "results", "toy")
+    assert {r["runner"] for r in slurm_records.values()} == {"slurm"}
+    for record in slurm_records.values():
+        job = json.loads((Path(record["dir"]) / slurm.JOB_FILE).read_text())
+        assert job["state"] == "COMPLETED" and job["exit_code"] == "0:0"
+    local = reprobox("run", "toy", "--matrix")
+    assert local.returncode == 0, local.stderr
+    local_records = newest_records(toy_root / "results", "toy")
+    assert {r["runner"] for r in local_records.values()} == {"venv"}
+    assert {k: r["verdict"] for k, r in slurm_records.items()} == {
+        k: r["verdict"] for k, r in local_records.items()
+    }
+    assert len(slurm_records) == 4
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_two_worker_bisect_through_slurm_gives_the_local_answer(
+    cluster: Path, toy_root: Path
+) -> None:
+    on_slurm = reprobox("bisect", "toy", "--workers", "2", "--backend", "slurm",
+                        "--log", str(toy_root / "slurm.jsonl"))  # fmt: skip
+    assert on_slurm.returncode == 0, on_slurm.stderr
+    local = reprobox("bisect", "toy", "--log", str(toy_root / "local.jsonl"))
+    assert local.returncode == 0, local.stderr
+    answer = on_slurm.stdout.strip().splitlines()[-1]
+    assert answer.startswith("first reproducing release: numpy 1.26.0 (assuming one change")
+    assert answer.split(";")[0] == local.stdout.strip().splitlines()[-1].split(";")[0]
+    jobs = list((toy_root / "_bisect").glob("**/slurm.json")) or list(
+        toy_root.glob("results/toy/_bisect/**/slurm.json")
+    )
+    assert jobs and all(json.loads(j.read_text())["state"] == "COMPLETED" for j in jobs)
+
+
+@pytest.mark.e2e
+def test_a_node_that_goes_down_mid_job(cluster: Path, toy_root: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reprobox", "run", "toy", "--variant", "hang", "--timeout",
+         "600", "--backend", "slurm"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: any(" RUNNING" in j for j in _queued()), 120, "the job to run")
+        _scontrol("update", f"nodename={NODE}", "state=down", "reason=reprobox-test")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == ExitCode.RUN_FAILED, err
+    assert "went down (NODE_FAIL)" in _errors(err)[-1]
+    [record] = newest_records(toy_root / "results", "toy").values()
+    assert record["status"] == "error" and "NODE_FAIL" in record["reason"]
+    _wait_for(lambda: _queued() == [], 60, "an empty queue")
+
+
+@pytest.mark.e2e
+def test_ctrl_c_with_jobs_queued_cancels_them_and_keeps_the_probes(
+    cluster: Path, toy_root: Path
+) -> None:
+    log = toy_root / "probes.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reprobox", "bisect", "toy", "--workers", "2", "--backend",
+         "slurm", "--log", str(log)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        # both ends measured, then no node for what comes next: the next jobs wait queued
+        _wait_for(lambda: log.is_file() and len(log.read_text().splitlines()) >= 3, 240,
+                  "the ends to be measured")  # fmt: skip
+        _scontrol("update", f"nodename={NODE}", "state=drain", "reason=reprobox-test")
+        _wait_for(lambda: any(" PENDING" in j for j in _queued()), 120, "a queued job")
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C at the terminal sends
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == ExitCode.INTERRUPTED, err
+    assert "interrupted" in _errors(err)[-1]
+    assert _queued() == []  # nothing left queued or running
+    kept = [json.loads(line) for line in log.read_text().splitlines()[1:]]
+    assert len(kept) >= 2 and all(e.get("verdict") or e.get("skip") for e in kept)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_job_killed_at_its_time_limit(cluster: Path, toy_root: Path) -> None:
+    done = reprobox("run", "toy", "--variant", "hang", "--timeout", "600", "--time", "1",
+                    "--backend", "slurm", timeout=300)  # fmt: skip
+    assert done.returncode == ExitCode.TIMEOUT, done.stderr
+    assert "ran past its time limit (1); Slurm killed it" in _errors(done.stderr)[-1]
+    [record] = newest_records(toy_root / "results", "toy").values()
+    job = json.loads((Path(record["dir"]) / slurm.JOB_FILE).read_text())
+    assert job["state"] == "TIMEOUT"
+    assert _queued() == []
