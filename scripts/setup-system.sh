@@ -4,33 +4,43 @@
 #   g++, ninja        DeepSpeed JIT-builds a small C++ op on CPU (the kl repro)
 #   podman            the container tests build and run real images (images/setup-podman.sh)
 #   the base image    a local python:3.11 stand-in, no registry needed (images/base/build-base.sh)
+#   slurm-wlm, munge  the Slurm back end's tests start a single-node cluster (scripts/slurm-cluster.sh)
 # As root on Debian (or with password-less sudo) it installs what is missing; elsewhere it
 # stops at once with one line naming what is missing and the command that installs it.
 # Idempotent: when everything is there it only looks (well under a second).
 #
 # Usage: setup-system.sh [--no-containers] [--dry-run]
-#   --no-containers   only the compilers (`make repro` runs no container)
+#   --no-containers   only the compilers (`make repro` runs no container and no Slurm job)
 #   --dry-run         say what would be installed, install nothing
 # Env: REPROBOX_SKIP_CONTAINERS=1 leaves the container pieces out (the container tests are then
-#      left out knowingly); REPROBOX_BASE_IMAGE: a pullable base instead of the local one.
+#      left out knowingly); REPROBOX_BASE_IMAGE: a pullable base instead of the local one;
+#      REPROBOX_SKIP_SLURM=1 leaves slurm-wlm and munge out (and the Slurm tests, knowingly).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-containers=1 dry=
+containers=1 slurm=1 dry=
 for arg in "$@"; do
   case $arg in
-    --no-containers) containers= ;;
+    --no-containers) containers= slurm= ;;
     --dry-run) dry=1 ;;
     *) echo "setup-system: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
 [[ ${REPROBOX_SKIP_CONTAINERS:-} == 1 ]] && containers=
+[[ ${REPROBOX_SKIP_SLURM:-} == 1 ]] && slurm=
 base=${REPROBOX_BASE_IMAGE:-localhost/reprobox-base:bookworm-py3.11}
 
 # What is missing: Debian packages, and the two container steps.
 pkgs=() missing=() steps=()
 command -v g++ >/dev/null || { pkgs+=(g++); missing+=(g++); }
 command -v ninja >/dev/null || { pkgs+=(ninja-build); missing+=(ninja); }
+# DeepSpeed's JIT-built op includes Python.h of the interpreter the repro venvs use (uv picks
+# python3.11 from PATH): Debian's python3 ships without it.
+py=$(command -v python3.11 || command -v python3 || true)
+if [[ -n $py ]] && ! "$py" -c 'import os, sysconfig, sys
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+  pkgs+=(python3-dev); missing+=("Python headers (python3-dev)")
+fi
 engine=
 if [[ $containers ]]; then
   for name in podman docker; do
@@ -44,6 +54,10 @@ if [[ $containers ]]; then
     missing+=("the base image $base")
     steps+=("bash images/base/build-base.sh $base")
   fi
+fi
+if [[ $slurm ]] && ! { command -v sbatch && command -v slurmctld && command -v munged; } >/dev/null; then
+  pkgs+=(slurm-wlm munge)
+  missing+=("slurm (slurm-wlm, munge)")
 fi
 ((${#missing[@]})) || exit 0
 

@@ -79,7 +79,10 @@ def read_result(path: Path) -> dict[str, Any]:
     try:
         Verdict(str(data.get("verdict")))
     except ValueError:
-        raise LaunchError(f"result {path} has no valid verdict: {data.get('verdict')!r}") from None
+        said = f" ({data['reason']})" if isinstance(data.get("reason"), str) else ""
+        raise LaunchError(
+            f"result {path} has no valid verdict: {data.get('verdict')!r}{said}"
+        ) from None
     metrics = data.get("metrics", {})
     if not isinstance(metrics, dict) or not all(_is_number(v) for v in metrics.values()):
         raise LaunchError(f"result {path}: 'metrics' must map names to numbers")
