@@ -358,10 +358,10 @@ class _Guard:
         self._tracked_at = 0.0
         self._entry = _register(run_id, registry) if registry is not None else None
         env = {k: v for k, v in os.environ.items() if k != RUN_ID_ENV}
-        registry = [str(self._entry)] if self._entry is not None else []
+        entry = [str(self._entry)] if self._entry is not None else []
         try:
             self._watchdog: subprocess.Popen[bytes] | None = subprocess.Popen(
-                [sys.executable, "-m", "reprobox.run.watchdog", run_id, *registry],
+                [sys.executable, "-m", "reprobox.run.watchdog", run_id, *entry],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 env=env,

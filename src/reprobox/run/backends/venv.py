@@ -34,7 +34,7 @@ class VenvBackend:
             key=str(env.path),
             lock=lock,
             lock_hash=env.lock_hash,
-            runner="venv",
+            runner=f"venv (rebuilt: {env.repaired})" if env.repaired else "venv",
             torch_source=torch_source.from_settings(self.settings).describe(),
             env_s=time.monotonic() - started,
             handle=env,
