@@ -104,6 +104,12 @@ def report(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
+def bundle(session: nox.Session) -> None:
+    """A folder + .tar.gz that runs a repro with no reprobox: -- REPRO [--variant V] [-o DIR]."""
+    _harness(session, "bundle")
+
+
+@nox.session(venv_backend="none")
 def k8s(session: nox.Session) -> None:
     """A Kubernetes Indexed Job, one pod per cell: -- REPRO --image-prefix REGISTRY/PATH."""
     _harness(session, "k8s")

@@ -5,6 +5,7 @@
 #   podman            the container tests build and run real images (images/setup-podman.sh)
 #   the base image    a local python:3.11 stand-in, no registry needed (images/base/build-base.sh)
 #   slurm-wlm, munge  the Slurm back end's tests start a single-node cluster (scripts/slurm-cluster.sh)
+#   cmark-gfm         the report tests render comment.md as GitHub does (tests/test_comment_render.py)
 # As root on Debian (or with password-less sudo) it installs what is missing; elsewhere it
 # stops at once with one line naming what is missing and the command that installs it.
 # Idempotent: when everything is there it only looks (well under a second).
@@ -18,10 +19,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-containers=1 slurm=1 dry=
+containers=1 slurm=1 tests=1 dry=
 for arg in "$@"; do
   case $arg in
-    --no-containers) containers= slurm= ;;
+    --no-containers) containers= slurm= tests= ;;
     --dry-run) dry=1 ;;
     *) echo "setup-system: unknown argument: $arg" >&2; exit 2 ;;
   esac
@@ -58,6 +59,9 @@ fi
 if [[ $slurm ]] && ! { command -v sbatch && command -v slurmctld && command -v munged; } >/dev/null; then
   pkgs+=(slurm-wlm munge)
   missing+=("slurm (slurm-wlm, munge)")
+fi
+if [[ $tests ]] && ! command -v cmark-gfm >/dev/null; then
+  pkgs+=(cmark-gfm); missing+=(cmark-gfm)
 fi
 ((${#missing[@]})) || exit 0
 

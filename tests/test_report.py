@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import stat
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -173,22 +174,28 @@ def ppo_root(scratch_root: Path) -> Path:
     return scratch_root
 
 
-def _bisect_summary(root: Path) -> None:
+def _bisect_summary(root: Path, **extra: object) -> None:
     folder = results_dir(root) / "ppo" / "_bisect" / "20261130T000000-abc"
     folder.mkdir(parents=True)
     summary = {
         "result": "trl 0.7.2 is the first release where broken is clean.",
         "status": "found",
         "package": "trl",
+        "variant": "broken",
         "good": "0.7.2",
         "bad": "0.4.7",
         "first": "0.7.2",
+        "last_start": "0.7.1",
+        "start_verdict": "reproduced",
+        "end_verdict": "clean",
+        "versions": ["0.4.7", "0.7.1", "0.7.2"],
         "candidates": ["0.7.2"],
         "probes": [
             {"item": "0.4.7", "verdict": "reproduced", "wall_s": 20.0},
             {"item": "0.7.1", "verdict": "reproduced", "wall_s": 21.5},
             {"item": "0.7.2", "verdict": "clean", "wall_s": 19.0},
         ],
+        **extra,
     }
     (folder / "summary.json").write_text(json.dumps(summary))
 
@@ -210,50 +217,150 @@ def test_report_from_records_on_disk(ppo_root: Path) -> None:
     made = report.write_report(ppo_root, "ppo", NO_ENV)
 
     assert made.dir == results_dir(ppo_root) / "ppo" / "_report"
-    md = made.markdown.read_text()
-    # summary table: variants across, matrix points down, verdict vs expectation
-    assert "| cell | broken | fixed |" in md
-    assert "| default | ✅ reproduced | ✅ clean |" in md
-    assert "| trl=0.7.2 | ✅ clean | ✅ clean |" in md
-    # key metrics: the rule's metric, then a headline one that separates the verdicts
-    assert "max_abs_kl_step0" in md and "max_abs_logp_diff" in md
-    assert "| steps |" not in md  # a constant metric is no headline
-    # bisect
-    assert "**trl 0.7.2 is the first release where broken is clean.**" in md
-    assert "| found | trl | 0.7.2 | 0.4.7 | 0.7.2 | 0.7.2 |" in md
-    # commands: nox, reprobox run, the recorded launcher command (portable), the image
-    assert 'nox -s "repro_ppo(default)"' in md
-    assert "reprobox run ppo --variant broken" in md
-    assert "nox -s \"repro_ppo(variant='broken', trl='0.7.1')\"" in md
-    assert "reprobox run ppo --variant broken --with=trl==0.7.1" in md
+    comment = made.comment.read_text()
+    # the headline first: the bisect's answer with a compare link, then the bug's result
+    # with the versions it ran, then what is clean
+    first, second = comment.split("\n\n")[:2]
+    assert first == (
+        "**Fixed in trl 0.7.2:** 0.7.1 is the last release that reproduces, 0.7.2 the first "
+        "clean one ([compare 0.7.1...0.7.2](https://github.com/huggingface/trl/compare/"
+        "v0.7.1...v0.7.2))."
+    )
+    assert second.startswith(
+        "**Reproduced** with torch 2.13.0+cpu, trl 0.7.1, 2 ranks (gloo, cpu): `broken`"
+    )
+    assert second.endswith("`fixed` is clean, as expected.")
+    assert "### Expected behavior" in comment
+    # the minimal reproduction: one pip line, the launcher lines a person types
+    assert "pip install torch==2.13.0 trl==0.7.1\n# broken (reproduced)\n" in comment
     assert (
-        "REPRO_RESULT=result.json PYTHONPATH=fixes OMP_NUM_THREADS=1 accelerate launch "
-        "--config_file repros/ppo/zero.yaml --num_processes 2 repros/ppo/ppo.py --variant broken"
-    ) in md
-    assert "nox -s image -- ppo --variant broken --run" in md
-    # environment and code in <details>
-    assert "<details><summary>Package versions the runs imported</summary>" in md
-    assert "| trl | 0.7.2 |" in md
-    assert "<details><summary><code>repros/ppo/ppo.py</code></summary>" in md
-    assert '"""The fake PPO step."""' in md
-    # plots: a bar chart of the headline metric and the KL series, as relative links
+        "OMP_NUM_THREADS=1 accelerate launch --config_file zero.yaml --num_processes 2 "
+        "ppo.py --variant broken"
+    ) in comment
+    assert "pip install trl==0.7.2   # what fixed changes" in comment
+    assert "<details><summary><code>ppo.py</code> (2 lines)</summary>" in comment
+    assert '"""The fake PPO step."""' in comment
+    # one results table: variant, verdict, the rule's metric and one headline metric
+    assert (
+        "| variant | verdict | `max_abs_kl_step0` | `max_abs_logp_diff` |\n|---|---|---|---|\n"
+        "| `broken` | ✅ reproduced | 0.12 | 0.06 |\n| `fixed` | ✅ clean | 0 | 0 |"
+    ) in comment
+    assert "| steps |" not in comment and "`steps`" not in comment  # a constant: no headline
+    assert "- `broken`: the old release" in comment
+    # the matrix collapsed, with the commands of its cells
+    assert "<details><summary>Matrix: 4 cells</summary>" in comment
+    assert "| trl=0.7.2 | ✅ clean | ✅ clean |" in comment
+    assert "reprobox run ppo --variant broken --with=trl==0.7.1" in comment
+    # versions that differ between cells, once
+    assert "| trl | 0.7.2 |" in comment
+    # each fact once: no second verdict list, no repeated launcher commands
+    assert comment.count("the old release") == 1
+    assert comment.count("--variant broken\n") == 1
+    # plots: not in the comment (gh cannot attach them), named once
+    assert "![" not in comment and "plots are in report.html" in comment
+    assert comment.rstrip().endswith("<!-- reprobox-report: ppo -->")
+    # report.md: a title, the same sections and the plots as relative links
+    md = made.markdown.read_text()
+    assert md.startswith("# Fake PPO: nonzero KL at step 0\n\nUpstream: ")
     names = sorted(p.name for p in made.plots)
     assert names[:2] == ["metric_max_abs_kl_step0.png", "metric_max_abs_logp_diff.png"]
-    assert names[2].startswith("series_00_default")
+    assert "releases_trl.png" in names  # the verdict over the matrix's trl releases
+    assert any(n.startswith("series_00_default") for n in names)
     for path in made.plots:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({path.relative_to(made.dir).as_posix()})" in md
+    # report.html: one file, every plot embedded
+    page = made.html.read_text()
+    assert page.count('src="data:image/png;base64,') == len(made.plots)
+    assert 'src="plots/' not in page and "<table>" in page
     # results.json: the records merged
     merged = json.loads(made.results.read_text())
     assert merged["repro"] == "ppo" and len(merged["records"]) == 6
     assert merged["bisect"][0]["status"] == "found"
-    # the comment: no images (gh cannot attach them), a footer naming the PNGs
-    comment = made.comment.read_text()
-    assert "![" not in comment
-    assert "cannot upload images" in comment and "`plots/metric_max_abs_kl_step0.png`" in comment
     # the records themselves are untouched
     after = _tree_digest(results_dir(ppo_root) / "ppo")
     assert {k: v for k, v in after.items() if not k.startswith("_report")} == before
+
+
+def test_cells_that_never_ran_are_listed_apart(ppo_root: Path) -> None:
+    """A bad --with or a failed install says nothing about the bug: not counted against it."""
+    why = "cannot resolve: no such version: trl==99.0.0"
+    stray = save_record(ppo_root, "broken", None, packages={"trl": "99.0.0"}, reason=why)
+    stray.command, stray.exit_code = [], 2
+    stray.save()
+    comment = report.write_report(ppo_root, "ppo", NO_ENV).comment.read_text()
+    assert comment.startswith("**Reproduced** with ")
+    assert "Not as expected" not in comment
+    assert "### Not run" in comment
+    assert "- `broken[trl=99.0.0]`: cannot resolve: no such version: trl==99.0.0" in comment
+    assert "### Problems" not in comment and "trl=99.0.0 |" not in comment
+
+
+def test_only_and_since_leave_cells_out(ppo_root: Path) -> None:
+    save_record(ppo_root, "fixed", "clean", started="2026-12-02T00:00:00Z")
+    only = report.write_report(ppo_root, "ppo", report.ReportOptions(only=("broken",),
+                               collect_env=False))  # fmt: skip
+    comment = only.comment.read_text()
+    assert "`fixed`" not in comment and "Matrix: 2 cells" in comment
+    assert "3 left out by --only/--since" in comment
+    since = datetime(2026, 12, 1, tzinfo=UTC)
+    late = report.write_report(ppo_root, "ppo", report.ReportOptions(since=since,
+                               collect_env=False)).comment.read_text()  # fmt: skip
+    assert late.startswith("**Clean** with ") and "`broken`" not in late
+    with pytest.raises(report.ReportError, match="leave none of the 6 cells"):
+        report.write_report(ppo_root, "ppo", report.ReportOptions(only=("nope",)))
+
+
+def test_a_sweep_is_the_headline(ppo_root: Path) -> None:
+    _bisect_summary(
+        ppo_root,
+        kind="sweep",
+        status="mapped",
+        range=">=0.4.7,<=0.7.2",
+        affected=">=0.4.7,<0.7.2",
+        events=[{"introduced": "0.4.7"}, {"fixed": "0.7.2"}],
+    )
+    made = report.write_report(ppo_root, "ppo", NO_ENV)
+    first = made.comment.read_text().split("\n\n")[0]
+    assert first == (
+        "**Affected:** trl `>=0.4.7,<0.7.2` - introduced in 0.4.7, fixed in 0.7.2 "
+        "([0.7.1...0.7.2](https://github.com/huggingface/trl/compare/v0.7.1...v0.7.2)) "
+        "(sweep of 3 releases)."
+    )
+    assert "releases_trl.png" in [p.name for p in made.plots]
+
+
+def test_posting_to_the_upstream_issue_leaves_out_the_link_to_it(ppo_root: Path) -> None:
+    toml = ppo_root / "repros" / "ppo" / "repro.toml"
+    upstream = "https://github.com/huggingface/trl/issues/506"
+    toml.write_text(toml.read_text().replace("https://example.invalid/issues/1", upstream))
+    elsewhere = report.write_report(ppo_root, "ppo", NO_ENV).comment.read_text()
+    assert "(https://github.com/huggingface/trl/issues/506)" in elsewhere
+    options = report.ReportOptions(collect_env=False, posting_to="huggingface/trl#506")
+    there = report.write_report(ppo_root, "ppo", options).comment.read_text()
+    assert "issues/506" not in there
+
+
+def test_step_summary_gets_the_comment(ppo_root: Path, tmp_path: Path) -> None:
+    summary = tmp_path / "step_summary.md"
+    summary.write_text("earlier step\n")
+    options = report.ReportOptions(collect_env=False, step_summary=summary)
+    made = report.write_report(ppo_root, "ppo", options)
+    text = summary.read_text()
+    assert text.startswith("earlier step\n") and made.comment.read_text().rstrip() in text
+
+
+def test_seed_series_get_a_panel_per_variant(scratch_root: Path) -> None:
+    fake_repro(scratch_root)
+    same = {"order_seed0": [3, 1, 2], "order_seed1": [3, 1, 2]}
+    own = {"order_seed0": [3, 1, 2], "order_seed1": [2, 3, 1]}
+    save_record(scratch_root, "broken", "reproduced", kl=0.1, series=same)
+    save_record(scratch_root, "fixed", "clean", series=own)
+    made = report.write_report(scratch_root, "ppo", NO_ENV)
+    md = made.markdown.read_text()
+    assert "order per seed, one panel per variant - default" in md
+    assert plots.series_families(same) == {"order": {"seed0": [3.0, 1.0, 2.0],
+                                                     "seed1": [3.0, 1.0, 2.0]}}  # fmt: skip
 
 
 def test_newest_record_per_cell_wins(ppo_root: Path) -> None:
@@ -264,9 +371,9 @@ def test_newest_record_per_cell_wins(ppo_root: Path) -> None:
     fixed = [r for r in loaded.records if r.label == "fixed"]
     assert len(fixed) == 1 and fixed[0].verdict == "reproduced"
     md = report.write_report(ppo_root, "ppo", NO_ENV).markdown.read_text()
-    assert "❌ reproduced (expected clean)" in md
-    assert "1 of 6 cells did not give the expected verdict" in md
-    assert "## Problems" in md and "step 0 kl=0.1" in md  # the log tail of the mismatch
+    assert "| `fixed` | ❌ reproduced (expected clean) |" in md
+    assert "**Not as expected:** `fixed` gave reproduced (expected clean)." in md
+    assert "### Problems" in md and "step 0 kl=0.1" in md  # the log tail of the mismatch
 
 
 def test_no_results_is_a_clear_error(scratch_root: Path) -> None:
@@ -298,7 +405,7 @@ def test_half_written_record_falls_back_to_the_older_run(ppo_root: Path) -> None
     made = report.write_report(ppo_root, "ppo", NO_ENV)
     assert any("half-written" in s and str(path) in s for s in made.skipped)
     md = made.markdown.read_text()
-    assert "| default | ✅ reproduced | ✅ clean |" in md  # the older, complete record
+    assert "| `broken` | ✅ reproduced |" in md  # the older, complete record
     assert "skipped" in md and "half-written" in md
     assert path.read_text()  # nothing on disk was repaired or removed
 
@@ -352,7 +459,13 @@ def test_collect_env_runs_in_the_recorded_environment(ppo_root: Path) -> None:
     made = report.write_report(ppo_root, "ppo")
     md = made.markdown.read_text()
     assert "PyTorch version: 9.9.9 from torch.utils.collect_env" in md
-    assert "(all cells)" in md  # one environment, one block
+    # one environment, one block
+    assert (
+        "In the environment of `broken`, `fixed`, `broken[trl=0.7.1]`, `broken[trl=0.7.2]` "
+        "and 2 more:" in md
+    )
+    # absent packages: their reports are skipped with a word
+    assert "`transformers env`, `accelerate env`, `trl env` and `ds_report` (not installed)" in md
 
 
 def test_key_metrics_prefer_separating_ones(ppo_root: Path) -> None:
@@ -371,12 +484,13 @@ def test_series_families_group_ranks() -> None:
 def test_comment_fits_github_limit() -> None:
     big = "x" * 70_000
     sections = [
-        report._Section("# title"),
-        report._Section(big, drop=2, stub="*omitted*"),
-        report._Section("tail"),
+        report.Section("# title"),
+        report.Section(big, drop=2, stub="*omitted*"),
+        report.Section("tail"),
     ]
-    text = report.comment_text(sections, ["plots/metric.png"], "the artifacts")
+    text = report.comment_text(sections, "*plots elsewhere*", "<!-- marker -->")
     assert len(text) <= 65_536 and "*omitted*" in text and "tail" in text
+    assert text.rstrip().endswith("*plots elsewhere*\n\n<!-- marker -->")
 
 
 # ---- the command (handlers called directly, as cli.py would)
@@ -396,7 +510,7 @@ def test_report_command_prints_plain_lines_under_ci(
     assert args.handler(args) == 0
     err = capsys.readouterr().err
     assert "report ppo: 6 cells, 0 bisect(s)" in err
-    assert "report: " in err and "report.md (6 cells, 3 plots)" in err
+    assert "report: " in err and "report.md (6 cells, 4 plots)" in err
     assert "\x1b[" not in err  # no terminal control codes in a CI log
 
 
@@ -463,3 +577,65 @@ def test_bad_post_target_fails_before_any_work(ppo_root: Path) -> None:
     with pytest.raises(BadInput, match="expected OWNER/REPO#NUMBER"):
         args.handler(args)
     assert not (results_dir(ppo_root) / "ppo" / "_report").exists()
+
+
+def test_dry_run_prints_exactly_what_would_be_posted(
+    ppo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setenv("PATH", f"{_fake_gh(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    args = _parse("report", "ppo", "--no-env", "--post", "o/r#5", "--dry-run")
+    assert args.handler(args) == 0
+    out, err = capsys.readouterr()
+    comment = results_dir(ppo_root) / "ppo" / "_report" / "comment.md"
+    assert out == comment.read_text()
+    assert "dry run: would post" in err and "gh issue comment 5 --repo o/r" in err
+    assert not (tmp_path / "gh.log").exists()  # gh was never called
+
+
+def _fake_gh_api(tmp_path: Path, found: str) -> Path:
+    """A gh that logs its calls and answers the `gh api` calls of --edit-last."""
+    bin_dir = tmp_path / "fakebin"
+    bin_dir.mkdir()
+    gh = bin_dir / "gh"
+    log = tmp_path / "gh.log"
+    gh.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {log}\n'
+        'case "$1 $2" in\n'
+        '  "auth status") exit 0 ;;\n'
+        '  "api user") echo me ;;\n'
+        f'  "api --paginate") echo "{found}" ;;\n'
+        '  "api --method") echo "https://example.invalid/o/r/issues/5#issuecomment-77" ;;\n'
+        '  *) echo "https://example.invalid/o/r/issues/5#issuecomment-new" ;;\n'
+        "esac\n"
+    )
+    gh.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.parametrize("found", ["77", ""])
+def test_edit_last_updates_the_previous_comment(
+    ppo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, found: str
+) -> None:
+    monkeypatch.setenv("PATH", f"{_fake_gh_api(tmp_path, found)}{os.pathsep}{os.environ['PATH']}")
+    args = _parse("report", "ppo", "--no-env", "--post", "o/r#5", "--edit-last")
+    assert args.handler(args) == 0
+    calls = (tmp_path / "gh.log").read_text().splitlines()
+    comment = results_dir(ppo_root) / "ppo" / "_report" / "comment.md"
+    assert calls[:2] == ["auth status", "api user --jq .login"]
+    assert calls[2].startswith("api --paginate repos/o/r/issues/5/comments --jq ")
+    assert 'select(.user.login == "me")' in calls[2]
+    assert "<!-- reprobox-report: ppo -->" in calls[2]
+    if found:  # the previous comment is replaced, no new one added
+        assert calls[3:] == [
+            f"api --method PATCH repos/o/r/issues/comments/77 -F body=@{comment} --jq .html_url"
+        ]
+    else:  # none yet: a new comment
+        assert calls[3:] == [f"issue comment 5 --repo o/r --body-file {comment}"]
+
+
+def test_dry_run_needs_a_target(ppo_root: Path) -> None:
+    args = _parse("report", "ppo", "--dry-run")
+    with pytest.raises(BadInput, match="go with --post"):
+        args.handler(args)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobox.bisect.prober import Target
+from reprobox.cli import bundle as bundle_cli
 from reprobox.cli import export as export_cli
 from reprobox.cli import listing as list_cli
 from reprobox.cli import report as report_cli
@@ -296,6 +297,7 @@ def _parser() -> argparse.ArgumentParser:
 
     report_cli.register(commands)
     export_cli.register(commands)
+    bundle_cli.register(commands)
     scaleout_cli.register(commands)
     return parser
 

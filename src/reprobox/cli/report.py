@@ -1,5 +1,5 @@
-"""The `report` command: an upstream-ready report of one repro (markdown, plots, merged
-results), optionally posted as an issue comment. `cli.main` adds it with
+"""The `report` command: an upstream-ready report of one repro (comment, markdown, html,
+plots, merged results), optionally posted as an issue comment. `cli.main` adds it with
 `register(subparsers)`; the handler returns an exit code and raises `ReproboxError` for
 failures, which `cli.main` turns into one line.
 """
@@ -7,26 +7,51 @@ failures, which `cli.main` turns into one line.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from reprobox.cli import ui
-from reprobox.report.post import parse_target, post
+from reprobox.report.post import PostError, dry_run, parse_target, post
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `report` to the `reprobox` parser."""
     report = subparsers.add_parser(
-        "report", help="write an upstream-ready report (markdown, plots, merged results)"
+        "report",
+        help="write an upstream-ready report (comment.md, report.md/.html, plots, results)",
     )
     report.add_argument("repro", help="the repro to report on (its results on disk)")
     report.add_argument("--out", type=Path, help="folder (default: results/<repro>/_report)")
     report.add_argument(
-        "--post", metavar="OWNER/REPO#N", help="post it as an issue comment with gh"
+        "--only",
+        action="append",
+        default=[],
+        metavar="CELL",
+        help="report only these cells: a label or variant, shell patterns allowed (repeatable)",
     )
     report.add_argument(
-        "--no-env", action="store_true", help="skip torch's collect_env (no environment needed)"
+        "--since", metavar="DATE", help="report only cells run at or after DATE (UTC, ISO)"
+    )
+    report.add_argument(
+        "--post", metavar="OWNER/REPO#N", help="post comment.md as an issue comment with gh"
+    )
+    report.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --post: print exactly what would be posted, post nothing",
+    )
+    report.add_argument(
+        "--edit-last",
+        action="store_true",
+        help="with --post: replace the previous comment of this report instead of adding one",
+    )
+    report.add_argument(
+        "--no-env",
+        action="store_true",
+        help="skip the environment reports (transformers env, collect_env, ...)",
     )
     report.set_defaults(handler=cmd_report)
 
@@ -40,12 +65,30 @@ def _progress() -> AbstractContextManager[Any]:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from reprobox.core.settings import Settings
-    from reprobox.report.build import ReportOptions, write_report  # matplotlib: only when reporting
+    from reprobox.report.build import (  # matplotlib: only when reporting
+        ReportOptions,
+        comment_marker,
+        write_report,
+    )
+    from reprobox.report.data import parse_since
 
     settings = getattr(args, "settings", None) or Settings.from_env()
     root = settings.root
-    options = ReportOptions(out=args.out, results=settings.results, collect_env=not args.no_env)
-    target = parse_target(args.post) if args.post else None  # bad input fails before any work
+    # bad input fails before any work
+    target = parse_target(args.post) if args.post else None
+    if (args.dry_run or args.edit_last) and target is None:
+        raise PostError("--dry-run and --edit-last go with --post OWNER/REPO#N")
+    since = parse_since(args.since) if args.since else None
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    options = ReportOptions(
+        out=args.out,
+        results=settings.results,
+        collect_env=not args.no_env,
+        only=tuple(args.only),
+        since=since,
+        posting_to=str(target) if target else None,
+        step_summary=Path(summary) if summary else None,
+    )
     with _progress() as status:
 
         def progress(message: str) -> None:
@@ -57,8 +100,18 @@ def cmd_report(args: argparse.Namespace) -> int:
         report = write_report(root, args.repro, options, progress)
     for skipped in report.skipped:
         ui.info(f"reprobox: warning: skipped {skipped}")
-    ui.info(f"report: {report.markdown} ({report.records} cells, {len(report.plots)} plots)")
+    extra = f", {report.not_run} not run" if report.not_run else ""
+    ui.info(
+        f"report: {report.markdown} ({report.records} cells{extra}, {len(report.plots)} plots); "
+        f"comment: {report.comment}; html: {report.html}"
+    )
     if target is not None:
-        url = post(target, report.comment)
+        if args.dry_run:
+            body, how = dry_run(target, report.comment, args.edit_last)
+            ui.info(how)
+            sys.stdout.write(body)
+            sys.stdout.flush()
+            return 0
+        url = post(target, report.comment, args.edit_last, comment_marker(args.repro))
         ui.info(f"posted to {target}: {url}" if url else f"posted to {target}")
     return 0

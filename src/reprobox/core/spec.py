@@ -57,6 +57,8 @@ class ReproSection(_Section):
     upstream: str = Field(min_length=1)
     fix_links: list[str] = []
     script: str = Field(min_length=1)
+    # What should happen instead (the "Expected behavior" of upstream bug forms).
+    expected: str = ""
 
 
 Launcher = Literal["torchrun", "accelerate", "python"]

@@ -18,11 +18,15 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
+from packaging.version import InvalidVersion, Version
 
 from reprobox.core.records import Record
 
-_RANK = re.compile(r"^(?P<family>.+?)[_-]?rank(?P<rank>\d+)$")
+_RANK = re.compile(r"^(?P<family>.+?)[_-]?(?P<kind>rank|seed)(?P<n>\d+)$")
+_FACTOR = re.compile(r"_over_|factor|ratio", re.IGNORECASE)
+_VERDICT_COLOUR = {"reproduced": "#cf222e", "clean": "#1a7f37", "cannot_test": "#8c959f"}
 _LINESTYLES = ["-", "--", ":", "-."]
 _VERDICT_HATCH = {"reproduced": "//", "clean": "", "cannot_test": "..", None: "xx"}
 MAX_SERIES_FIGURES = 12
@@ -79,6 +83,8 @@ def metric_bars(
     values = [float(r.metrics[metric]) for r in have]
     if min(values) > 0 and max(values) / min(values) > 50:
         ax.set_yscale("log")
+    if is_factor(metric):  # a ratio to the right answer: 1x is correct
+        ax.axhline(1.0, color="black", linestyle="--", linewidth=1.0, label="1x (correct)")
     ax.set_xticks(range(len(points)), [text(p) for p in points], rotation=30, ha="right")
     ax.set_xlim(-0.7, len(points) - 0.3)  # one point: bars of a sensible width, not the frame
     ax.set_ylabel(text(metric))
@@ -88,17 +94,29 @@ def metric_bars(
     return _save(fig, path)
 
 
+def is_factor(metric: str) -> bool:
+    """A metric that is a ratio to the correct value (`lm_head_over_mean`): 1x is right."""
+    return bool(_FACTOR.search(metric))
+
+
 def series_families(series: dict[str, object]) -> dict[str, dict[str, list[float]]]:
-    """`{"kl_rank0": [...], "kl_rank1": [...]}` -> `{"kl": {"rank0": [...], "rank1": [...]}}`;
-    a series without a rank suffix is its own family."""
+    """`{"kl_rank0": [...], "kl_rank1": [...]}` -> `{"kl": {"rank0": [...], "rank1": [...]}}`
+    (and `order_seed0` -> `{"order": {"seed0": ...}}`); a series without a rank or seed
+    suffix is its own family."""
     families: dict[str, dict[str, list[float]]] = {}
     for name, values in series.items():
         if not isinstance(values, list) or not values:
             continue
         match = _RANK.match(name)
-        family, line = (match["family"], f"rank{match['rank']}") if match else (name, "")
+        family, line = (match["family"], f"{match['kind']}{match['n']}") if match else (name, "")
         families.setdefault(family, {})[line] = _finite(values)
     return families
+
+
+def _by_seed(fams: dict[str, dict[str, list[float]]]) -> bool:
+    return bool(fams) and all(
+        lines and all(k.startswith("seed") for k in lines) for lines in fams.values()
+    )
 
 
 def series_plots(
@@ -123,6 +141,12 @@ def series_plots(
         per_record = [(r, series_families(r.result["series"])) for r in members]
         families = list(dict.fromkeys(f for _, fams in per_record for f in fams))
         if not families:
+            continue
+        if all(_by_seed(fams) for _, fams in per_record):
+            path = _seed_panels(per_record, families, point, number, out_dir, text)
+            made.append(
+                (text(f"{', '.join(families)} per seed, one panel per variant - {point}"), path)
+            )
             continue
         fig, axes = plt.subplots(
             len(families), 1, figsize=(7.5, 3.2 * len(families)), squeeze=False, sharex=True
@@ -152,6 +176,115 @@ def series_plots(
         path = _save(fig, out_dir / f"series_{number:02d}_{slug}.png")
         made.append((text(f"{', '.join(families)} per step - {point}"), path))
     return made
+
+
+def _seed_panels(
+    per_record: list[tuple[Record, dict[str, dict[str, list[float]]]]],
+    families: list[str],
+    point: str,
+    number: int,
+    out_dir: Path,
+    text: Callable[[str], str],
+) -> Path:
+    """One panel per variant, its seeds overlaid: where the seeds give the same sequence
+    (the bug), the lines lie on top of each other."""
+    fig, axes = plt.subplots(
+        len(per_record), 1, figsize=(7.5, 2.6 * len(per_record)), squeeze=False, sharex=True
+    )
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (record, fams) in zip(axes[:, 0], per_record, strict=True):
+        for family in families:
+            lines = sorted(fams.get(family, {}).items())
+            for k, (seed, values) in enumerate(lines):
+                ax.plot(
+                    range(len(values)),
+                    values,
+                    marker="o",
+                    markersize=4 + 2 * (len(lines) - k - 1),  # larger under smaller: all seen
+                    linestyle=_LINESTYLES[k % len(_LINESTYLES)],
+                    color=colours[k % len(colours)],
+                    alpha=0.8,
+                    label=text(f"{family} {seed}"),
+                )
+        ax.set_title(text(f"{record.variant} ({record.verdict or 'error'}) - {point}"))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=3)
+    axes[-1, 0].set_xlabel("position")
+    axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    slug = re.sub(r"[^A-Za-z0-9._=-]+", "_", point)[:80]
+    return _save(fig, out_dir / f"series_{number:02d}_{slug}.png")
+
+
+def release_plots(
+    records: Sequence[Record],
+    summaries: Sequence[object],
+    out_dir: Path,
+    variants: Sequence[str],
+    text: Callable[[str], str] = str,
+) -> list[tuple[str, Path]]:
+    """The verdict over releases, one row per variant: from a sweep's probes and from the
+    matrix cells that vary one package. Returns (caption, path) pairs."""
+    by_package: dict[str, dict[str, dict[str, str]]] = {}  # package -> variant -> v -> verdict
+    for summary in summaries:
+        kind = getattr(summary, "kind", "")
+        package = getattr(summary, "package", None)
+        if kind != "sweep" or not package:
+            continue
+        row = by_package.setdefault(package, {}).setdefault(
+            f"{getattr(summary, 'variant', '') or 'sweep'} (sweep)", {}
+        )
+        for probe in getattr(summary, "probes", []):
+            row.setdefault(probe.item, probe.verdict or "skip")
+    for record in records:
+        if len(record.packages) != 1 or record.params:
+            continue
+        ((package, version),) = record.packages.items()
+        row = by_package.setdefault(package, {}).setdefault(record.variant, {})
+        row[version] = record.verdict or "error"
+    made = []
+    for package, rows in by_package.items():
+        releases = sorted({v for row in rows.values() for v in row}, key=_release_key)
+        if len(releases) < 2:
+            continue
+        order = {v: i for i, v in enumerate(variants)}
+        names = sorted(rows, key=lambda n: (order.get(n.split(" ")[0], len(order)), n))
+        fig, ax = plt.subplots(
+            figsize=(min(max(6.0, 0.45 * len(releases) + 2), 16.0), 1.0 + 0.6 * len(names))
+        )
+        for y, name in enumerate(names):
+            for x, release in enumerate(releases):
+                verdict = rows[name].get(release)
+                if verdict is None:
+                    continue
+                ax.scatter(
+                    [x], [y], s=140, marker="s",
+                    color=_VERDICT_COLOUR.get(verdict, "#ffffff"),
+                    edgecolors="black", linewidths=0.6,
+                )  # fmt: skip
+        ax.set_xticks(range(len(releases)), [text(r) for r in releases], rotation=45, ha="right")
+        ax.set_yticks(range(len(names)), [text(n) for n in names])
+        ax.set_xlim(-0.6, len(releases) - 0.4)
+        ax.set_ylim(-0.6, len(names) - 0.4)
+        ax.set_xlabel(text(package))
+        handles = [
+            Line2D([], [], marker="s", linestyle="", color=c, markeredgecolor="black",
+                       label=v.replace("_", " "))
+            for v, c in _VERDICT_COLOUR.items()
+        ]  # fmt: skip
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        ax.set_title(text(f"verdict over {package} releases"))
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", package)[:60]
+        made.append(
+            (text(f"verdict over {package} releases"), _save(fig, out_dir / f"releases_{slug}.png"))
+        )
+    return made
+
+
+def _release_key(version: str) -> tuple[int, object]:
+    try:
+        return (0, Version(version))
+    except InvalidVersion:
+        return (1, version)
 
 
 def _save(fig: Figure, path: Path) -> Path:

@@ -1,12 +1,15 @@
 """Post a report to an upstream issue with the GitHub CLI, or say exactly how to.
 
 `gh issue comment N --repo OWNER/REPO --body-file FILE` does the posting, so authentication,
-enterprise hosts and proxies are gh's business. Where gh is missing or not logged in, the
+enterprise hosts and proxies are gh's business; `--edit-last` finds the previous comment of
+this user carrying the report's hidden marker with `gh api` and replaces its body, so a
+re-run updates one comment instead of adding another. Where gh is missing or not logged in, the
 report is already on disk and the error names the command to run by hand.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -54,8 +57,37 @@ def gh_command(target: Target, body: Path) -> list[str]:
     ]
 
 
-def post(target: Target, body: Path) -> str:
-    """Post `body` as a comment on `target`; returns the comment URL gh prints."""
+def find_comment_command(target: Target, marker: str, login: str) -> list[str]:
+    """`gh api` listing the issue's comments, printing the id of the newest one by `login`
+    that carries `marker` (the report's hidden line)."""
+    query = (
+        f"[.[] | select(.user.login == {json.dumps(login)}) "
+        f"| select(.body | contains({json.dumps(marker)}))] | last | .id // empty"
+    )
+    return [
+        "gh", "api", "--paginate", f"repos/{target.repo}/issues/{target.number}/comments",
+        "--jq", query,
+    ]  # fmt: skip
+
+
+def edit_command(target: Target, comment_id: str, body: Path) -> list[str]:
+    return [
+        "gh", "api", "--method", "PATCH", f"repos/{target.repo}/issues/comments/{comment_id}",
+        "-F", f"body=@{body}", "--jq", ".html_url",
+    ]  # fmt: skip
+
+
+def dry_run(target: Target, body: Path, edit_last: bool = False) -> tuple[str, str]:
+    """(the exact body that would be posted, one line saying how)."""
+    how = shlex.join(gh_command(target, body))
+    if edit_last:
+        how = f"edit the last reprobox comment on {target} (gh api ... PATCH), else: {how}"
+    return body.read_text(), f"dry run: would post {body.stat().st_size} bytes to {target}: {how}"
+
+
+def post(target: Target, body: Path, edit_last: bool = False, marker: str = "") -> str:
+    """Post `body` as a comment on `target` (or, with `edit_last`, replace the previous
+    comment this user posted from this repro's report); returns the comment URL."""
     command = gh_command(target, body)
     by_hand = shlex.join(command)
     gh = shutil.which("gh")
@@ -64,12 +96,29 @@ def post(target: Target, body: Path) -> str:
     status = _run([gh, "auth", "status"])
     if status.returncode != 0:
         raise PostError(f"gh is not logged in (gh auth login, or GH_TOKEN); then run: {by_hand}")
+    if edit_last and marker:
+        login = _run([gh, "api", "user", "--jq", ".login"])
+        me = login.stdout.strip()
+        if login.returncode != 0 or not me:
+            raise PostError(f"gh could not say who is logged in; retry, or post with: {by_hand}")
+        found = _run([gh, *find_comment_command(target, marker, me)[1:]])
+        if found.returncode != 0:
+            raise PostError(f"gh could not list the comments of {target}: {_last(found)}")
+        ids = found.stdout.split()
+        if ids:
+            done = _run([gh, *edit_command(target, ids[-1], body)[1:]])
+            if done.returncode != 0:
+                raise PostError(f"gh could not edit comment {ids[-1]} on {target}: {_last(done)}")
+            return done.stdout.strip()
     done = _run([gh, *command[1:]])
     if done.returncode != 0:
-        said = (done.stderr or done.stdout).strip().splitlines()
-        last = said[-1] if said else f"exit {done.returncode}"
-        raise PostError(f"gh could not post to {target}: {last}; retry with: {by_hand}")
+        raise PostError(f"gh could not post to {target}: {_last(done)}; retry with: {by_hand}")
     return done.stdout.strip()
+
+
+def _last(done: subprocess.CompletedProcess[str]) -> str:
+    said = (done.stderr or done.stdout).strip().splitlines()
+    return said[-1] if said else f"exit {done.returncode}"
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:

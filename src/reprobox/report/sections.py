@@ -1,0 +1,666 @@
+"""The pieces of a report, written for the maintainer who fixes the bug.
+
+Order and wording follow what upstream bug forms ask for: the result first (versions, the
+metric, what is clean), the expected behaviour, a minimal reproduction a person runs with
+`pip install` and one launcher line, the bisect or sweep answer when there is one (as the
+headline), the stack's own environment reports, then the rest collapsed. Each fact appears
+once. Text a script or machine wrote only ever goes through `markdown.text` / `code` /
+`fence` (see `markdown`'s docstring for why).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from reprobox.bisect.summary import BisectSummary
+from reprobox.core import spec
+from reprobox.core.errors import BadInput
+from reprobox.core.protocol import Verdict
+from reprobox.core.records import Record
+from reprobox.report import data, plots
+from reprobox.report import markdown as md
+from reprobox.report.bundle import by_hand, pip_line, top_pins
+from reprobox.report.environment import Environment
+
+LOG_TAIL_LINES = 40
+MAX_METRIC_COLUMNS = 3  # the results table stays inside a comment's column
+_MARK = {"match": "✅", "mismatch": "❌", "error": "⚠️", "recorded": "ℹ️"}
+# Where a package's releases are tagged: (GitHub repo, tag prefix), for compare links.
+RELEASE_REPOS = {
+    "torch": ("pytorch/pytorch", "v"),
+    "transformers": ("huggingface/transformers", "v"),
+    "accelerate": ("huggingface/accelerate", "v"),
+    "trl": ("huggingface/trl", "v"),
+    "peft": ("huggingface/peft", "v"),
+    "datasets": ("huggingface/datasets", ""),
+    "tokenizers": ("huggingface/tokenizers", "v"),
+    "safetensors": ("huggingface/safetensors", "v"),
+    "huggingface-hub": ("huggingface/huggingface_hub", "v"),
+    "deepspeed": ("deepspeedai/DeepSpeed", "v"),
+    "numpy": ("numpy/numpy", "v"),
+}
+_GITHUB = re.compile(r"^https://github\.com/(?P<repo>[^/\s]+/[^/\s]+)/(?:issues|pull)/(?P<n>\d+)")
+
+
+@dataclass
+class Section:
+    """A piece of the report; `drop` > 0 may be shortened to fit a comment (highest first)."""
+
+    text: str
+    drop: int = 0
+    stub: str = ""
+
+
+def issue_ref(url: str) -> tuple[str, int] | None:
+    """`https://github.com/o/r/issues/5` -> ("o/r", 5)."""
+    match = _GITHUB.match(url)
+    return (match["repo"].lower(), int(match["n"])) if match else None
+
+
+def compare_link(package: str | None, older: str, newer: str) -> str | None:
+    """The GitHub compare view between two releases of a known package."""
+    known = RELEASE_REPOS.get(canonicalize_name(package or ""))
+    if known is None:
+        return None
+    repo, prefix = known
+    return f"https://github.com/{repo}/compare/{prefix}{older}...{prefix}{newer}"
+
+
+def _names(labels: Sequence[str]) -> str:
+    shown = [md.code(x) for x in labels]
+    if len(shown) <= 1:
+        return "".join(shown)
+    return ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+class Builder:
+    """The sections of one report, from its records, summaries and environment."""
+
+    def __init__(
+        self,
+        root: Path,
+        repro: spec.Repro,
+        loaded: data.Loaded,
+        summaries: Sequence[BisectSummary] = (),
+        posting_to: str | None = None,
+    ) -> None:
+        self.root, self.repro = root, repro
+        self.variants = list(repro.spec.variants)
+        self.records = data.order_records(loaded.records, self.variants)
+        self.skipped = list(loaded.skipped)
+        self.left_out = loaded.left_out
+        self.summaries = list(summaries)
+        self.posting_to = posting_to  # "owner/repo#N" the comment goes to
+        self.not_run = [r for r in self.records if data.not_run(r)]
+        self.ran = [r for r in self.records if not data.not_run(r)]
+        self.defaults = [r for r in self.ran if not (r.packages or r.params)]
+        self.matrix = [r for r in self.ran if r.packages or r.params]
+        shown = dict.fromkeys(r.variant for r in self.records)
+        self.rules = list(dict.fromkeys(rule.metric for v in shown for rule in self._rules(v)))
+        self.metrics = data.key_metrics(self.ran, self.rules)
+        self.platforms = len({r.platform for r in self.records})
+
+    # -- facts
+
+    def _rules(self, variant: str) -> list[spec.Rule]:
+        try:
+            return self.repro.rules(variant)
+        except BadInput:  # a variant since removed from repro.toml: the repro's rule
+            return list(self.repro.spec.verdict.reproduced_if)
+
+    def bug_record(self) -> Record | None:
+        """The cell that shows the bug: the first default cell expected to reproduce (else
+        the first default cell, else the first that ran)."""
+        for record in self.defaults:
+            if record.expect == Verdict.REPRODUCED.value:
+                return record
+        found = self.defaults or self.ran
+        return found[0] if found else None
+
+    def versions(self, record: Record) -> list[str]:
+        """`transformers 4.32.1, torch 2.13.0+cpu`: what the repro pins exactly, as the run
+        imported it; the upstream project's package first."""
+        imported = {canonicalize_name(k): str(v) for k, v in _versions(record).items()}
+        pins = []
+        for pin in self._pins(record.variant):
+            try:
+                req = Requirement(pin)
+            except InvalidRequirement:
+                continue
+            if any(s.operator == "==" for s in req.specifier):
+                pins.append(canonicalize_name(req.name))
+        pins += [canonicalize_name(package) for package in record.packages]
+        upstream = issue_ref(self.repro.spec.repro.upstream)
+        project = canonicalize_name(upstream[0].split("/")[1]) if upstream else ""
+        pins.sort(key=lambda name: name != project)
+        return [f"{name} {imported[name]}" for name in dict.fromkeys(pins) if name in imported]
+
+    def _pins(self, variant: str) -> list[str]:
+        try:
+            return top_pins(self.repro, variant)
+        except BadInput:
+            return list(self.repro.spec.env.pins)
+
+    def _description(self, variant: str) -> str:
+        found = self.repro.spec.variants.get(variant)
+        return found.description if found else ""
+
+    # -- the headline
+
+    def headline(self) -> Section:
+        """The first lines: a bisect's or sweep's answer when there is one, then the result
+        of the bug's cell with its versions and what the script measured."""
+        lines = [line for s in self.summaries[:1] if (line := self.bisect_headline(s))]
+        lines.append(self.result_line())
+        return Section("\n\n".join(lines))
+
+    def result_line(self) -> str:
+        bug = self.bug_record()
+        if bug is None:
+            return (
+                f"**No verdict:** none of the {len(self.records)} cells ran (see *Not run* below)."
+            )
+        facts = ", ".join(self.versions(bug))
+        result = bug.result
+        ranks = result.get("world_size")
+        setup = [str(x) for x in (result.get("backend"), result.get("device")) if x]
+        if ranks:
+            facts += (
+                (", " if facts else "")
+                + f"{ranks} ranks"
+                + (f" ({', '.join(setup)})" if setup else "")
+            )
+        word = {
+            "reproduced": "Reproduced",
+            "clean": "Not reproduced",
+            "cannot_test": "Cannot test here",
+        }.get(bug.verdict or "", "No verdict")
+        if bug.verdict == "clean" and bug.expect != "reproduced":
+            word = "Clean"
+        said = md.text(bug.reason or (result.get("reason") or ""))
+        line = f"**{word}** with {md.text(facts)}" if facts else f"**{word}**"
+        line += f": {md.code(bug.label)}"
+        line += f" - {said}" if said else ""
+        if bug.status == "mismatch":
+            line += f" (expected {bug.expect})"
+        if bug.status == "error":
+            line += " (no verdict; see *Problems*)"
+        line += "."
+        others = [r for r in self.defaults if r is not bug]
+        as_expected = [r for r in others if r.status in ("match", "recorded")]
+        by_verdict: dict[str, list[str]] = {}
+        for r in as_expected:
+            by_verdict.setdefault(r.verdict or "error", []).append(r.label)
+        parts = [
+            f"{_names(labels)} {'is' if len(labels) == 1 else 'are'} {verdict.replace('_', ' ')}"
+            for verdict, labels in by_verdict.items()
+        ]
+        if parts:
+            line += " " + "; ".join(parts) + ", as expected."
+        off = [r for r in others if r.status not in ("match", "recorded")]
+        if off:
+            line += (
+                " **Not as expected:** "
+                + "; ".join(
+                    f"{md.code(r.label)} gave {r.verdict or 'no verdict'} (expected {r.expect})"
+                    for r in off
+                )
+                + "."
+            )
+        return line
+
+    def bisect_headline(self, summary: BisectSummary) -> str:
+        """A bisect's or sweep's answer as one line a maintainer acts on."""
+        package = summary.package or ""
+        status = summary.status
+        if summary.kind == "sweep":
+            if not summary.affected:
+                return (
+                    f"**Sweep:** no release of {md.text(package)} in "
+                    f"{md.code(summary.range or 'the range')} reproduces."
+                )
+            line = f"**Affected:** {md.text(package)} {md.code(summary.affected)}"
+            events = []
+            for event in summary.events:
+                if event.introduced is not None:
+                    events.append(f"introduced in {md.text(event.introduced)}")
+                if event.fixed is not None:
+                    older = _before(summary.versions, event.fixed)
+                    link = compare_link(package, older, event.fixed) if older else None
+                    text = f"fixed in {md.text(event.fixed)}"
+                    if link:
+                        text += f" ({md.link(f'{older}...{event.fixed}', link)})"
+                    events.append(text)
+            if events:
+                line += " - " + ", ".join(events)
+            untested = f"; {len(summary.untested)} releases untested" if summary.untested else ""
+            return line + f" (sweep of {len(summary.versions)} releases{untested})."
+        commit = getattr(summary, "commit", None)
+        if summary.kind == "commit" and commit is not None and status == "found":
+            sha = md.code(commit.sha[:12])
+            shown = md.link(commit.sha[:12], commit.link) if commit.link else sha
+            line = f"**First bad commit:** {shown} {md.text(commit.subject)}"
+            if commit.pr_link and commit.pr:
+                line += f" ({md.link(f'#{commit.pr}', commit.pr_link)})"
+            return line + "."
+        known_sides = summary.start_verdict in ("reproduced", "clean")
+        if summary.kind == "release" and status == "found" and summary.first and known_sides:
+            last = summary.last_start or summary.bad or summary.good or ""
+            fixed = summary.start_verdict == "reproduced"
+            verb = "Fixed" if fixed else "Introduced"
+            if fixed:
+                side = f"{md.text(last)} is the last release that reproduces, " + (
+                    f"{md.text(summary.first)} the first clean one"
+                )
+            else:
+                side = f"{md.text(last)} is the last clean release, " + (
+                    f"{md.text(summary.first)} the first that reproduces"
+                )
+            link = compare_link(package, last, summary.first) if last else None
+            tail = f" ({md.link(f'compare {last}...{summary.first}', link)})" if link else ""
+            return f"**{verb} in {md.text(package)} {md.text(summary.first)}:** {side}{tail}."
+        said = md.text(summary.result or f"{summary.kind} ended {status}")
+        return f"**{summary.kind.capitalize()} ({md.text(status)}):** {said}"
+
+    # -- what should happen
+
+    def expected(self) -> Section:
+        text = self.repro.spec.repro.expected.strip()
+        if not text:
+            bug = self.bug_record()
+            rules = self._rules(bug.variant if bug else self.variants[0])
+            rule = " and ".join(f"{md.code(r.metric)} <= {r.above:g}" for r in rules)
+            clean = [r.label for r in self.defaults if r.verdict == "clean"]
+            like = f", as with {_names(clean)}" if clean else ""
+            text = f"The run is clean: {rule}{like}."
+        else:
+            text = md.defuse(text)
+        return Section(f"### Expected behavior\n\n{text}")
+
+    # -- how to run it
+
+    def reproduction(self, bundle_hint: bool = True) -> list[Section]:
+        """The minimal reproduction: one pip install line, the launcher lines, the script."""
+        name = self.repro.name
+        shown = [r for r in self.defaults] or [
+            r for r in self.records if not (r.packages or r.params)
+        ]
+        variants = list(dict.fromkeys(r.variant for r in shown)) or self.repro.default_variants
+        variants = [v for v in variants if v in self.repro.spec.variants]
+        if not variants:
+            return []
+        first = variants[0]
+        base = self._pins(first)
+        lines = [pip_line(base)]
+        for v in variants:
+            rule = f" ({self.repro.variant(v).expect.value})"
+            extra = [p for p in self._pins(v) if p not in base]
+            lines.append(f"# {v}{rule}")
+            if extra:
+                lines.append(f"{pip_line(extra)}   # what {v} changes")
+            lines.append(by_hand(self.repro, v).line())
+        intro = (
+            "On CPU, in a fresh environment: install the pins, save the files below beside "
+            "each other (fixes under `fixes/`), run a line. The script prints its verdict and "
+            "exits 1 when it reproduces, 0 when clean, 125 when it cannot test here."
+        )
+        sections = [Section(f"### Reproduction\n\n{intro}\n\n" + md.fence("\n".join(lines), "sh"))]
+        sections += self.code(script_first=True)
+        if bundle_hint:
+            locks = [
+                f"repros/{name}/locks/{v}.cpu.txt"
+                for v in variants
+                if (self.repro.dir / "locks" / f"{v}.cpu.txt").is_file()
+            ]
+            where = f" (the hashed locks: {', '.join(md.code(x) for x in locks)})" if locks else ""
+            sections.append(
+                Section(
+                    f"The exact environment{where}: `reprobox bundle {name}` writes a folder "
+                    f"that runs with no reprobox - `./run.sh {first}` makes a venv from the "
+                    "hashed lock and runs the line above."
+                )
+            )
+        return sections
+
+    def code(self, script_first: bool = True) -> list[Section]:
+        """The repro's script first, then its other files and the fixes its variants use."""
+        repro_dir = self.repro.dir
+        main = self.repro.script
+        files = [main]
+        files += sorted(
+            p
+            for p in repro_dir.iterdir()
+            if p.is_file() and p.suffix in (".py", ".yaml", ".yml", ".json") and p != main
+        )
+        fixes = {v.fix for v in self.repro.spec.variants.values() if v.fix}
+        files += [self.repro.fixes_dir / f"{fix}.py" for fix in sorted(fixes)]
+        sections = []
+        for rank, path in enumerate(files):
+            try:
+                text = path.read_text()
+            except OSError:
+                continue
+            shown = f"fixes/{path.name}" if path.parent == self.repro.fixes_dir else path.name
+            lang = {".py": "python", ".yaml": "yaml", ".yml": "yaml", ".json": "json"}.get(
+                path.suffix, ""
+            )
+            lines = len(text.splitlines())
+            sections.append(
+                Section(
+                    md.details(f"{md.html_code(shown)} ({lines} lines)", md.fence(text, lang)),
+                    drop=2 if rank == 0 else 4,
+                    stub=f"*{md.code(shown)} omitted here for length; see the bundle.*",
+                )
+            )
+        return sections
+
+    # -- what happened
+
+    def results(self) -> list[Section]:
+        """One table of the default cells (variant, verdict, the deciding metrics), the
+        variants' descriptions once, the rule once; the matrix collapsed."""
+        sections = []
+        extra = [m for m in self.metrics if m not in self.rules]
+        metrics = [*self.rules, *extra[:1]][:MAX_METRIC_COLUMNS]
+        if self.defaults:
+            rows = []
+            for r in self.defaults:
+                verdict = f"{_MARK.get(r.status, '')} {r.verdict or 'error'}"
+                if r.status in ("mismatch", "error"):
+                    verdict += f" (expected {r.expect})"
+                rows.append(
+                    [md.code(r.label), verdict, *(md.number(r.metrics.get(m)) for m in metrics)]
+                )
+            header = ["variant", "verdict", *(md.code(m) for m in metrics)]
+            if self.platforms > 1:
+                header.insert(1, "platform")
+                for row, r in zip(rows, self.defaults, strict=True):
+                    row.insert(1, md.text(r.platform))
+            described = [
+                f"- {md.code(r.label)}: {md.text(self._description(r.variant))}"
+                for r in self.defaults
+                if self._description(r.variant)
+            ]
+            text = "### Results\n\n" + md.table(header, rows)
+            text += "\n\n" + self._rule_line()
+            if described:
+                text += "\n\n" + "\n".join(dict.fromkeys(described))
+            sections.append(Section(text))
+        if self.matrix:
+            sections.append(Section(self._matrix_table(), drop=2, stub=""))
+        return sections
+
+    def _rule_line(self) -> str:
+        def spelled(rules: list[spec.Rule]) -> str:
+            return " or ".join(f"{md.code(r.metric)} > {r.above:g}" for r in rules)
+
+        base = list(self.repro.spec.verdict.reproduced_if)
+        line = f"Reproduced when {spelled(base)} (the script computes it; repro.toml's rule)."
+        own = [
+            f"{md.code(v)}: {spelled(self._rules(v))}"
+            for v in dict.fromkeys(r.variant for r in self.ran)
+            if self._rules(v) != base
+        ]
+        return line + (" Own rules: " + "; ".join(own) + "." if own else "")
+
+    def _matrix_table(self) -> str:
+        points = list(dict.fromkeys(plots.point_label(r, self.platforms) for r in self.matrix))
+        present = [v for v in self.variants if any(r.variant == v for r in self.matrix)]
+        rows = []
+        for point in points:
+            row = [md.text(point)]
+            for variant in present:
+                found = [
+                    r
+                    for r in self.matrix
+                    if r.variant == variant and plots.point_label(r, self.platforms) == point
+                ]
+                if not found:
+                    row.append("")
+                    continue
+                r = found[0]
+                shown = f"{_MARK.get(r.status, '')} {r.verdict or 'error'}"
+                if r.status in ("mismatch", "error"):
+                    shown += f" (expected {r.expect})"
+                row.append(shown)
+            rows.append(row)
+        table = md.table(["cell", *(md.code(v) for v in present)], rows)
+        cmds = "\n".join(
+            f"reprobox run {self.repro.name} {shlex.join(r.cell().run_args())}" for r in self.matrix
+        )
+        body = table + "\n\n" + md.fence(cmds, "sh")
+        return md.details(f"Matrix: {len(self.matrix)} cells", body)
+
+    def not_run_section(self) -> Section:
+        if not self.not_run:
+            return Section("")
+        lines = [
+            "### Not run",
+            "",
+            "These cells never ran (bad input, an install that failed, an interrupt), so they "
+            "say nothing about the bug:",
+            "",
+        ]
+        lines += [
+            f"- {md.code(r.label)}: {md.text(r.reason or 'no reason recorded')}"
+            for r in self.not_run
+        ]
+        return Section("\n".join(lines))
+
+    def problems(self, bisect_skipped: Sequence[str]) -> Section:
+        """Cells that ran and did not end as expected, with their log tails."""
+        lines = []
+        for record in self.ran:
+            if record.status not in ("error", "mismatch"):
+                continue
+            log_dir = Path(record.batch_dir or record.dir)
+            tail = _tail(log_dir / "launch.log", LOG_TAIL_LINES)
+            body = md.text(record.reason or "no reason recorded")
+            if tail:
+                body += "\n\n" + md.fence(tail)
+            mark = _MARK[record.status]
+            lines.append(md.details(f"{mark} {md.html_code(record.label)}", body))
+        for skipped in [*self.skipped, *bisect_skipped]:
+            lines.append(f"- skipped {md.text(skipped)}")
+        if not lines:
+            return Section("")
+        return Section("### Problems\n\n" + "\n\n".join(lines), drop=1, stub="")
+
+    def bisect_details(self) -> Section:
+        """The probes and facts behind the headline's answer, collapsed."""
+        if not self.summaries:
+            return Section("")
+        blocks = []
+        for number, summary in enumerate(self.summaries):
+            rows = [
+                [md.text(p.item + "".join(f" ({t})" for t in p.tags)), p.verdict or "skip",
+                 md.number(p.wall_s)]
+                for p in summary.probes
+            ]  # fmt: skip
+            body = md.text(summary.result) if summary.result else ""
+            doubts = self._doubts(summary)
+            if doubts:
+                body += "\n\n" + doubts
+            if summary.assumption:
+                body += "\n\n" + md.text(summary.assumption)
+            if rows:
+                body += "\n\n" + md.table(["probe", "verdict", "wall s"], rows)
+            kind = summary.kind
+            of = f"of {md.html_text(summary.package)}" if summary.package else ""
+            title = f"{kind.capitalize()} {of}"
+            title += f" ({md.html_text(summary.status)}, {len(summary.probes)} probes)"
+            if number > 0:
+                title = "Earlier: " + title
+            blocks.append(md.details(title.strip(), body.strip() or "no probes recorded"))
+        return Section("\n\n".join(blocks), drop=2, stub="")
+
+    def _doubts(self, summary: BisectSummary) -> str:
+        """Why an answer is not certain: its own contradictions, and records of this report
+        (which may be newer) that contradict it."""
+        lines = [
+            f"- {md.text(summary.package or '')} {md.text(c.item)}: {c.verdict.value} "
+            f"({md.text(c.source)}), the answer implies {c.expected.value}"
+            for c in summary.contradictions
+        ]
+        if summary.kind == "release" and summary.status in ("found", "ambiguous"):
+            known = [
+                (dict(r.packages)[k], Verdict(r.verdict), f"the {r.label} cell of this report")
+                for r in self.ran
+                for k in r.packages
+                if len(r.packages) == 1
+                and canonicalize_name(k) == summary.package
+                and r.variant == summary.variant
+                and r.platform == summary.platform
+                and not r.params
+                and r.verdict in (Verdict.CLEAN.value, Verdict.REPRODUCED.value)
+            ]
+            against, _ = summary.contradicted_by(known)
+            if against:
+                lines = [
+                    "**Not certain:** records in this report contradict this answer, so the "
+                    "verdict changes more than once in the range (run `reprobox sweep`):",
+                    *(
+                        f"- {md.text(summary.package)} {md.text(c.item)}: {c.verdict.value} "
+                        f"({md.text(c.source)}), the answer implies {c.expected.value}"
+                        for c in against
+                    ),
+                    *lines,
+                ]
+        return "\n".join(lines)
+
+    # -- the environment
+
+    def environment(self, env: Environment | None, gathered: bool) -> list[Section]:
+        sections = [Section("### Environment")]
+        if env is None:
+            why = (
+                "`--no-env` was given"
+                if not gathered
+                else "the environment the runs used is no longer on this machine"
+            )
+            sections.append(Section(f"*The environment reports were not run: {why}.*"))
+        else:
+            labels = env.labels
+            if len(labels) > 4:
+                shown = ", ".join(md.code(x) for x in labels[:4]) + f" and {len(labels) - 4} more"
+            else:
+                shown = _names(labels)
+            where = f"In the environment of {shown}:"
+            sections.append(Section(where))
+            missing = []
+            for report in env.reports:
+                if report.text:
+                    trimmed = " (trimmed)" if "collect_env" in report.title else ""
+                    summary = md.html_code(report.title) + trimmed
+                    sections.append(
+                        Section(
+                            md.details(summary, md.fence(report.text)),
+                            drop=3,
+                            stub=f"*{md.code(report.title)} omitted here for length.*",
+                        )
+                    )
+                else:
+                    missing.append(f"{md.code(report.title)}: {md.text(report.note)}")
+            if env.absent:
+                missing.append(f"{_names(env.absent)} (not installed)")
+            if missing:
+                sections.append(Section("Not run: " + "; ".join(missing) + "."))
+        differing = self._differing_versions()
+        if differing:
+            sections.append(Section(differing))
+        return sections
+
+    def _differing_versions(self) -> str:
+        """Packages whose version differs between the cells (the rest is in the reports)."""
+        versions: dict[str, dict[str, list[str]]] = {}
+        for record in self.ran:
+            for package, version in _versions(record).items():
+                versions.setdefault(package, {}).setdefault(str(version), []).append(record.label)
+        rows = []
+        for package in sorted(versions):
+            if len(versions[package]) < 2:
+                continue
+            for version, labels in versions[package].items():
+                shown = ", ".join(md.code(x) for x in labels[:4])
+                if len(labels) > 4:
+                    shown += f" and {len(labels) - 4} more"
+                rows.append([md.text(package), md.text(version), shown])
+        if not rows:
+            return ""
+        return "Versions that differ between cells:\n\n" + md.table(
+            ["package", "version", "cells"], rows
+        )
+
+    # -- the rest
+
+    def title(self) -> Section:
+        s = self.repro.spec.repro
+        lines = [f"# {md.text(s.title)}", "", f"Upstream: {s.upstream}"]
+        if s.fix_links:
+            lines.append("Fixes and related: " + ", ".join(s.fix_links))
+        return Section("\n".join(lines))
+
+    def plots_section(self, made: Sequence[tuple[str, Path]], out: Path) -> Section:
+        if not made:
+            return Section("")
+        lines = ["### Plots", ""]
+        for caption, path in made:
+            lines += [f"![{md.text(caption)}]({path.relative_to(out).as_posix()})", ""]
+        return Section("\n".join(lines).rstrip())
+
+    def footer(self, comment: bool) -> Section:
+        """Where this came from; in a comment on the upstream issue, no link back to it."""
+        s = self.repro.spec.repro
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        about = f"reprobox repro {md.code(self.repro.name)}"
+        if comment and not self._posting_to_upstream():
+            about += f" of {md.link(s.title, s.upstream)}"
+        left = f", {self.left_out} left out by --only/--since" if self.left_out else ""
+        related = ""
+        if comment and s.fix_links:
+            related = " Related: " + ", ".join(s.fix_links) + "."
+        return Section(
+            f"<sub>{about}: {_count(len(self.records), 'cell')}{left}, generated {stamp}."
+            f"{related}</sub>"
+        )
+
+    def _posting_to_upstream(self) -> bool:
+        if not self.posting_to:
+            return False
+        ref = issue_ref(self.repro.spec.repro.upstream)
+        repo, _, number = self.posting_to.partition("#")
+        return ref is not None and ref == (repo.lower(), int(number or 0))
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _versions(record: Record) -> dict[str, str]:
+    found = record.result.get("versions") or {}
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+def _before(versions: Sequence[str], version: str) -> str | None:
+    """The release before `version` in a sweep's ordered list."""
+    try:
+        index = list(versions).index(version)
+    except ValueError:
+        return None
+    return versions[index - 1] if index > 0 else None
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,207 @@
+"""`reprobox bundle`: a folder and a .tar.gz a maintainer runs with no reprobox.
+
+The unit tests check what goes in (the launcher line as a person types it, the hashed
+requirements, nothing of this machine); the end-to-end test unpacks the archive into an
+empty folder, installs it into a fresh venv with no reprobox, runs the bundle's own
+`run.sh` and compares its exit code with the verdict `reprobox run` recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import newest_records, reprobox
+from reprobox.core import spec
+from reprobox.core.settings import Settings
+from reprobox.envs.torch_source import find_links
+from reprobox.envs.uv import uv_bin
+from reprobox.report.bundle import TORCH_LINKS, by_hand, write_bundle
+
+FAKE_LOCK = """\
+# reprobox-lock input=0123456789abcdef
+# python 3.11, platform cpu
+#   torch==2.13.0
+# Regenerate with: nox -s lock
+numpy==1.26.4 \\
+    --hash=sha256:aaaa
+    # via torch
+torch==2.13.0+cpu \\
+    --hash=sha256:bbbb
+"""
+
+
+def test_launcher_lines_are_what_a_person_types(root: Path) -> None:
+    lm_head = spec.load(root, "lm_head")
+    assert by_hand(lm_head, "broken").line() == (
+        "OMP_NUM_THREADS=1 torchrun --nproc_per_node 4 average.py --variant broken "
+        "--averaging sum_div"
+    )  # the harness's --start_method fork --run_path only speed up its own launches
+    assert by_hand(lm_head, "fixed").line() == (
+        "OMP_NUM_THREADS=1 PYTHONPATH=fixes torchrun --nproc_per_node 4 average.py "
+        "--variant fixed --fix tied_average"
+    )
+    kl = spec.load(root, "kl")
+    assert by_hand(kl, "broken").argv == [
+        "accelerate", "launch", "--config_file", "zero2_bf16.yaml", "--num_processes", "2",
+        "ppo_step0.py", "--variant", "broken",
+    ]  # fmt: skip
+    # a `python` launch of 2 ranks is spelled with torchrun, which sets RANK, WORLD_SIZE...
+    seed = spec.load(root, "shuffle_seed")
+    assert by_hand(seed, "broken").argv[:3] == ["torchrun", "--nproc_per_node", "2"]
+
+
+def _toy(root: Path) -> spec.Repro:
+    return spec.load(root, "toy")
+
+
+def test_bundle_holds_what_runs_it_and_nothing_of_this_machine(
+    toy_root: Path, tmp_path: Path
+) -> None:
+    lock = tmp_path / "toy.lock"
+    lock.write_text(FAKE_LOCK)
+    repro = _toy(toy_root)
+    made = write_bundle(repro, ["reproduced", "fixed"], {"reproduced": lock, "fixed": lock},
+                        tmp_path / "out")  # fmt: skip
+    folder = made.dir
+    names = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    assert names == [
+        ".dockerignore", "Dockerfile", "README.md", "check.py", "fixes/toy_fix.py",
+        "requirements/fixed.pins.txt", "requirements/fixed.txt",
+        "requirements/reproduced.pins.txt", "requirements/reproduced.txt",
+        "run.sh", "toy.py", "verdict.json",
+    ]  # fmt: skip
+    requirements = (folder / "requirements" / "reproduced.txt").read_text()
+    assert "reprobox-lock" not in requirements and "nox -s lock" not in requirements
+    assert "torch==2.13.0+cpu \\\n    --hash=sha256:bbbb" in requirements
+    assert (folder / "requirements" / "fixed.pins.txt").read_text() == "torch==2.13.0\nnumpy<2\n"
+    readme = (folder / "README.md").read_text()
+    assert "uv venv --python 3.11 .venv-reproduced" in readme
+    assert 'uv pip sync --require-hashes --find-links "$TORCH_CPU_LINKS" ' in readme
+    assert "torchrun --nproc_per_node 2 toy.py --variant reproduced --mode reproduced" in readme
+    assert "PYTHONPATH=fixes torchrun --nproc_per_node 2 toy.py --variant fixed" in readme
+    assert TORCH_LINKS in readme and TORCH_LINKS in (folder / "run.sh").read_text()
+    assert os.access(folder / "run.sh", os.X_OK)
+    assert subprocess.run(["sh", "-n", str(folder / "run.sh")]).returncode == 0
+    # nothing of this machine: no local wheel folder, checkout, home or temp path
+    needles = [*find_links(Settings.from_env()), str(toy_root), str(Path.home()) + "/",
+               str(tmp_path)]  # fmt: skip
+    for path in folder.rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            for needle in needles:
+                assert needle not in text, f"{path.name} names {needle}"
+    # the archive is the folder, under one top-level directory, and the same bytes each time
+    with tarfile.open(made.archive) as tar:
+        members = sorted(m.name for m in tar.getmembers() if m.isfile())
+    assert members == [f"toy-bundle/{n}" for n in names]
+    first = made.archive.read_bytes()
+    again = write_bundle(repro, ["reproduced", "fixed"], {"reproduced": lock, "fixed": lock},
+                         tmp_path / "out")  # fmt: skip
+    assert again.archive.read_bytes() == first
+
+
+def test_late_packages_install_after_the_rest(toy_root: Path, tmp_path: Path) -> None:
+    """deepspeed-like packages (built against the environment) get their own file, and
+    run.sh installs them second with --no-build-isolation."""
+    toml = toy_root / "repros" / "toy" / "repro.toml"
+    pins = 'pins = ["torch==2.13.0", "numpy<2"]'
+    toml.write_text(toml.read_text().replace(pins, pins + '\nno_build_isolation = ["numpy"]'))
+    lock = tmp_path / "toy.lock"
+    lock.write_text(FAKE_LOCK)
+    made = write_bundle(_toy(toy_root), ["clean"], {"clean": lock}, tmp_path / "out")
+    first = (made.dir / "requirements" / "clean.txt").read_text()
+    late = (made.dir / "requirements" / "clean.late.txt").read_text()
+    assert "numpy" not in first and "torch==2.13.0+cpu" in first
+    assert "numpy==1.26.4" in late and "torch==" not in late
+    assert "--no-build-isolation" in (made.dir / "run.sh").read_text()
+
+
+def test_unknown_variant_and_foreign_folder_are_refused(toy_root: Path, tmp_path: Path) -> None:
+    lock = tmp_path / "toy.lock"
+    lock.write_text(FAKE_LOCK)
+    with pytest.raises(spec.BadInput, match="has no variant 'nope'"):
+        write_bundle(_toy(toy_root), ["nope"], {"nope": lock}, tmp_path / "out")
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "keep.md").write_text("mine")
+    with pytest.raises(spec.BadInput, match="is not a reprobox bundle folder"):
+        write_bundle(_toy(toy_root), ["clean"], {"clean": lock}, mine)
+    assert [p.name for p in mine.iterdir()] == ["keep.md"]
+
+
+def _bare_env(tmp_path: Path, with_uv: bool) -> dict[str, str]:
+    """No reprobox anywhere: a PATH of system folders (and uv's, when asked for), the
+    machine's torch source passed in at run time, never written into the bundle."""
+    bins = [str(tmp_path / "uvbin")] if with_uv else []
+    if with_uv:
+        (tmp_path / "uvbin").mkdir(exist_ok=True)
+        (tmp_path / "uvbin" / "uv").symlink_to(uv_bin())
+    links = find_links(Settings.from_env())
+    env = {
+        "PATH": os.pathsep.join([*bins, "/usr/local/bin", "/usr/bin", "/bin"]),
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+        "TORCH_CPU_LINKS": links[0] if links else TORCH_LINKS,
+    }
+    for name in ("UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_CACHE_DIR",
+                 "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CERT",
+                 "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):  # fmt: skip
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def _unpack(archive: Path, into: Path) -> Path:
+    into.mkdir()
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    (folder,) = list(into.iterdir())
+    return folder
+
+
+@pytest.mark.e2e
+def test_the_bundle_runs_without_reprobox_and_agrees_with_it(
+    toy_root: Path, tmp_path: Path
+) -> None:
+    done = reprobox("run", "toy", "--variant", "reproduced", "--variant", "clean")
+    assert done.returncode == 0, done.stderr
+    verdicts = {k: v["verdict"] for k, v in newest_records(toy_root / "results", "toy").items()}
+    assert verdicts == {"reproduced": "reproduced", "clean": "clean"}
+
+    made = reprobox("bundle", "toy", "--variant", "reproduced", "--variant", "clean",
+                    "-o", str(tmp_path / "bundle"))  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    folder = _unpack(tmp_path / "bundle" / "toy-bundle.tar.gz", tmp_path / "unpacked")
+    env = _bare_env(tmp_path, with_uv=True)
+    codes = {"reproduced": 1, "clean": 0}
+    for variant, verdict in verdicts.items():
+        ran = subprocess.run(["sh", "run.sh", variant], cwd=folder, env=env, capture_output=True,
+                             text=True, timeout=600)  # fmt: skip
+        assert ran.returncode == codes[verdict], ran.stdout + ran.stderr
+        assert ran.stdout.splitlines()[-3].startswith(f"{verdict}: level = "), ran.stdout
+    venv = folder / ".venv-clean"
+    listed = subprocess.run([str(venv / "bin" / "python"), "-c",
+                             "import importlib.util as u; print(u.find_spec('reprobox'))"],
+                            capture_output=True, text=True, env=env)  # fmt: skip
+    assert listed.stdout.strip() == "None"  # really without the harness
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_bundle_runs_with_pip_where_uv_is_absent(toy_root: Path, tmp_path: Path) -> None:
+    made = reprobox("bundle", "toy", "--variant", "clean", "-o", str(tmp_path / "bundle"))
+    assert made.returncode == 0, made.stderr
+    folder = _unpack(tmp_path / "bundle" / "toy-bundle.tar.gz", tmp_path / "unpacked")
+    env = _bare_env(tmp_path, with_uv=False)
+    python = shutil.which("python3.11") or shutil.which("python3")
+    assert python is not None
+    env["PYTHON"] = python
+    ran = subprocess.run(["sh", "run.sh", "clean"], cwd=folder, env=env, capture_output=True,
+                         text=True, timeout=900)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert (folder / ".venv-clean" / "bin" / "pip").exists()  # the pip path, not uv's
