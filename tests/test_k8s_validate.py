@@ -273,3 +273,15 @@ def test_a_damaged_push_record_is_named(ppo_root: Path) -> None:
     path.write_text('[{"digest": "sha256:nope"}]')
     with pytest.raises(BadInput, match=r"pushed\.json: not a push record"):
         pushes.load(ppo_root / "results", "ppo")
+
+
+def test_container_runs_are_confined() -> None:
+    """The podman / docker side of the same hardening (real runs: tests/test_images_e2e.py)."""
+    flags = container.Engine("podman").confine_flags(container.default_memory(4))
+    assert flags == ["--cap-drop=ALL", "--security-opt=no-new-privileges", "--read-only",
+                     "--pids-limit=4096", "--memory=17g", "--shm-size=1g"]  # fmt: skip
+    assert "--tmpfs" in container.Engine("docker").confine_flags("8g")  # docker mounts no /tmp
+    assert container.check_memory("16G") == "16g"
+    for bad in ("16 GB", "-1g", "0", "lots"):
+        with pytest.raises(BadInput, match="--memory"):
+            container.check_memory(bad)
