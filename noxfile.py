@@ -111,13 +111,13 @@ def bundle(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def k8s(session: nox.Session) -> None:
-    """A Kubernetes Indexed Job, one pod per cell: -- REPRO --image-prefix REGISTRY/PATH."""
+    """A Kubernetes Indexed Job, one pod per cell, images by digest: -- REPRO --registry R."""
     _harness(session, "k8s")
 
 
 @nox.session(venv_backend="none")
 def image(session: nox.Session) -> None:
-    """A variant's pinned image: -- REPRO --variant V [--platform cpu|gpu] [--run] [--base I]."""
+    """A variant's pinned image: -- REPRO --variant V [--platform P] [--run] [--push REGISTRY]."""
     _harness(session, "image")
 
 

@@ -47,6 +47,7 @@ class Launched:
     last_error: str = ""  # the last exception line any process printed
     # torchrun / `accelerate launch`: once one worker exits, the launcher SIGTERMs the rest
     launcher_stops_peers: bool = False
+    stopped: str = "process tree killed"  # what was done to a launch past its timeout
 
     @property
     def launcher_code(self) -> int | None:
@@ -164,7 +165,7 @@ def judge(
         return _error(
             ExitCode.TIMEOUT,
             f"timed out after {launched.timeout:g}s (a hung collective?); "
-            f"process tree killed{logs}",
+            f"{launched.stopped}{logs}",
         )
     try:
         result = read_result(result_path)

@@ -504,4 +504,5 @@ class ContainerBackend:
             logs=request.lead.run_dir,
             last_error=last_error([log, *rank_logs]),
             launcher_stops_peers=True,
+            stopped=f"container {name} killed and removed",
         )
