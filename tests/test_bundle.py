@@ -81,7 +81,7 @@ def test_bundle_holds_what_runs_it_and_nothing_of_this_machine(
     assert "torch==2.13.0+cpu \\\n    --hash=sha256:bbbb" in requirements
     assert (folder / "requirements" / "fixed.pins.txt").read_text() == "torch==2.13.0\nnumpy<2\n"
     readme = (folder / "README.md").read_text()
-    assert "uv venv --python 3.11 .venv-reproduced" in readme
+    assert f"export TORCH_CPU_LINKS={TORCH_LINKS}\nuv venv --python 3.11 .venv-reproduced" in readme
     assert 'uv pip sync --require-hashes --find-links "$TORCH_CPU_LINKS" ' in readme
     assert "torchrun --nproc_per_node 2 toy.py --variant reproduced --mode reproduced" in readme
     assert "PYTHONPATH=fixes torchrun --nproc_per_node 2 toy.py --variant fixed" in readme
@@ -150,7 +150,7 @@ def _bare_env(tmp_path: Path, with_uv: bool) -> dict[str, str]:
     }
     for name in ("UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_CACHE_DIR",
                  "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CERT",
-                 "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"):  # fmt: skip
+                 "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE"):  # fmt: skip
         if name in os.environ:
             env[name] = os.environ[name]
     return env

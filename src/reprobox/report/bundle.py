@@ -361,7 +361,8 @@ def _readme(
     env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in install_env.items())
     for v in variants:
         links = ' --find-links "$TORCH_CPU_LINKS"' if cpu_torch[v] else ""
-        steps = [f"uv venv --python {python} .venv-{v}", f". .venv-{v}/bin/activate"]
+        steps = [f"export TORCH_CPU_LINKS={TORCH_LINKS}"] if cpu_torch[v] else []
+        steps += [f"uv venv --python {python} .venv-{v}", f". .venv-{v}/bin/activate"]
         sync = f"uv pip sync --require-hashes{links} requirements/{v}.txt"
         steps.append(f"{env_line} {sync}".strip())
         if late[v]:
