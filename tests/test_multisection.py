@@ -4,12 +4,16 @@ a contradiction is reported, never hidden."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from multisect_fakes import SimulatedRunner, history
 
+from conftest import newest_records, reprobox
 from reprobox.bisect.search import (
     SearchError,
     ThreadRunner,
@@ -18,6 +22,7 @@ from reprobox.bisect.search import (
     rounds_bound,
 )
 from reprobox.core.protocol import Verdict
+from reprobox.run.backends import detached
 
 R, C = Verdict.REPRODUCED, Verdict.CLEAN
 
@@ -203,3 +208,22 @@ def test_threads_finish_what_runs_before_a_stop_or_an_interrupt_propagates() -> 
     with pytest.raises(KeyboardInterrupt):
         multisect(list(range(32)), slow, workers=2, runner=runner)
     assert ended == [-1]  # told to stop, then waited for
+
+
+@pytest.mark.e2e
+def test_two_local_workers_run_two_launches_at_once_each_on_its_own(toy_root: Path) -> None:
+    """`run --matrix --workers 2` on this machine: the launches overlap in time, each in its
+    own runner process, on its own port and in its own run folder, and every verdict is the
+    one the matrix expects."""
+    done = reprobox("run", "toy", "--matrix", "--workers", "2")
+    assert done.returncode == 0, done.stderr
+    records = newest_records(toy_root / "results", "toy")
+    assert len(records) == 4 and {r["status"] for r in records.values()} == {"match"}
+    outcomes = [
+        json.loads((Path(r["dir"]) / detached.OUTCOME_NAME).read_text()) for r in records.values()
+    ]
+    assert len({o["port"] for o in outcomes}) == 4
+    assert len({o["pid"] for o in outcomes}) == 4
+    assert len({r["dir"] for r in records.values()}) == 4
+    spans = sorted((o["started_at"], o["ended_at"]) for o in outcomes)
+    assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans))

@@ -178,16 +178,15 @@ def test_a_two_worker_bisect_through_slurm_gives_the_local_answer(
     cluster: Path, toy_root: Path
 ) -> None:
     on_slurm = reprobox("bisect", "toy", "--workers", "2", "--backend", "slurm",
-                        "--log", str(toy_root / "slurm.jsonl"))  # fmt: skip
+                        "--log", str(toy_root / "slurm" / "probes.jsonl"))  # fmt: skip
     assert on_slurm.returncode == 0, on_slurm.stderr
-    local = reprobox("bisect", "toy", "--log", str(toy_root / "local.jsonl"))
+    local = reprobox("bisect", "toy", "--log", str(toy_root / "local" / "probes.jsonl"))
     assert local.returncode == 0, local.stderr
     answer = on_slurm.stdout.strip().splitlines()[-1]
     assert answer.startswith("first reproducing release: numpy 1.26.0 (assuming one change")
     assert answer.split(";")[0] == local.stdout.strip().splitlines()[-1].split(";")[0]
-    jobs = list((toy_root / "_bisect").glob("**/slurm.json")) or list(
-        toy_root.glob("results/toy/_bisect/**/slurm.json")
-    )
+    jobs = list((toy_root / "slurm" / "runs").glob("**/slurm.json"))
+    assert len(jobs) >= 6  # the ends, the search, the confirmations: each its own job
     assert jobs and all(json.loads(j.read_text())["state"] == "COMPLETED" for j in jobs)
 
 
@@ -201,7 +200,7 @@ def test_a_node_that_goes_down_mid_job(cluster: Path, toy_root: Path) -> None:
     try:
         _wait_for(lambda: any(" RUNNING" in j for j in _queued()), 120, "the job to run")
         _scontrol("update", f"nodename={NODE}", "state=down", "reason=reprobox-test")
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -229,7 +228,7 @@ def test_ctrl_c_with_jobs_queued_cancels_them_and_keeps_the_probes(
         _scontrol("update", f"nodename={NODE}", "state=drain", "reason=reprobox-test")
         _wait_for(lambda: any(" PENDING" in j for j in _queued()), 120, "a queued job")
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C at the terminal sends
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -76,6 +76,7 @@ def run_plan_file(plan_file: Path, outcome_file: Path, echo: bool = False) -> in
             plan = read_plan(plan_file)
             # A port free where the launch runs (a node is not the machine that planned it).
             plan = replace(plan, port=launcher.free_port())
+            data["port"] = plan.port
             outcome = launcher.run(plan, echo=sys.stdout if echo else None)
             data.update(
                 returncode=outcome.returncode,
