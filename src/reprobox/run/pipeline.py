@@ -30,6 +30,11 @@ from reprobox.core.spec import Repro, merge_pins
 from reprobox.envs import git, locks, venvs
 from reprobox.run.backend import Backend, Case, LaunchRequest, Prepared
 
+STOPPED_MID_LAUNCH = (
+    "no verdict was recorded for this launch: the harness was killed, or could not write "
+    "the record (a full disk?)"
+)
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -290,7 +295,7 @@ def _preflight(repro: Repro, item: Pending, backend: Backend, options: RunOption
         launched = backend.launch(item.prepared, request)
         item.record.preflight_s = launched.wall_s
         code = launched.launcher_code
-        log = request.log_dir / "launch.log"
+        log = f"the preflight log in {launched.logs}"
         if launched.timed_out:
             raise ReproboxError(
                 f"preflight timed out after {request.timeout:g}s; see {log}",
@@ -324,6 +329,11 @@ def _launch_group(
         item.record.env_names = list(names)
         if item is not lead:
             item.record.batch_dir = str(lead.run_dir)
+    for item in group:  # if the harness itself is killed (-9) mid-launch, this says so
+        item.record.reason = STOPPED_MID_LAUNCH
+        item.record.exit_code = int(ExitCode.HARNESS_FAILED)
+        _save(item.record)
+        item.record.reason, item.record.exit_code = "", 0
     with recording(group):
         launched = backend.launch(lead.prepared, request)
         verdicts = [peek_verdict(case.result) for case in request.cases]
