@@ -25,9 +25,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from reprobox.core.cells import Cell, make_cell, script_args
 from reprobox.core.errors import BadInput, EngineError, EnvError, ExitCode
@@ -35,7 +33,7 @@ from reprobox.core.judge import Launched
 from reprobox.core.protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
-from reprobox.envs import uv
+from reprobox.envs import uv, venvs
 from reprobox.envs.torch_source import find_links
 from reprobox.run import pushes, watchdog
 from reprobox.run.backend import PLAN_FILE, RESULT_FILE, LaunchRequest, Prepared
@@ -310,7 +308,7 @@ def _context(directory: Path, spec: ImageSpec, wheel_folders: tuple[str, ...]) -
     (directory / "wheels").mkdir()
     (directory / "tools").mkdir()
     _link(Path(uv.uv_bin()), directory / "tools" / "uv")
-    pinned = lock_pins(spec.lock.read_text())
+    pinned = venvs.lock_pins(spec.lock.read_text())
     for folder in wheel_folders if spec.platform == "cpu" else ():
         for wheel in Path(folder).glob("*.whl"):
             try:
@@ -320,22 +318,6 @@ def _context(directory: Path, spec: ImageSpec, wheel_folders: tuple[str, ...]) -
             if pinned.get(name) == version:  # 2.13.0 is not 2.13.0+cpu
                 _link(wheel, directory / "wheels" / wheel.name)
     return directory
-
-
-def lock_pins(text: str) -> dict[str, Version]:
-    """The exact version of every package a hashed lock installs."""
-    pins: dict[str, Version] = {}
-    for line in text.splitlines():
-        if not line.strip() or line[0] in " #-":
-            continue
-        try:
-            requirement = Requirement(line.rstrip(" \\"))
-        except InvalidRequirement:
-            continue
-        for spec in requirement.specifier:
-            if spec.operator == "==":
-                pins[canonicalize_name(requirement.name)] = Version(spec.version)
-    return pins
 
 
 def _default_command(repro: Repro, variant: str) -> list[str]:
