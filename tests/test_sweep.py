@@ -159,26 +159,25 @@ def test_the_cli_exits_1_on_a_non_monotone_history(
 ) -> None:
     from reprobox.bisect import releases
     from reprobox.bisect import sweep as sweep_module
-    from reprobox.cli.main import main
-    from reprobox.envs import index as index_module
+    from reprobox.cli import main as cli_main
 
     hist_target(tmp_path)
     (tmp_path / "fixes").mkdir()
     (tmp_path / "noxfile.py").write_text("")
     monkeypatch.setenv("REPROBOX_ROOT", str(tmp_path))
     monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "results"))
-    monkeypatch.setattr(index_module, "SimpleIndex", transformers_index)
+    monkeypatch.setattr(cli_main, "_index", lambda args: transformers_index())
 
     def fake_probes(*args: object) -> object:
         return transformers_history().probes
 
-    monkeypatch.setattr(releases, "pipeline_probes", fake_probes)
-    monkeypatch.setattr(sweep_module, "pipeline_probes", fake_probes)
+    monkeypatch.setattr(releases, "release_probes", fake_probes)
+    monkeypatch.setattr(sweep_module, "release_probes", fake_probes)
     args = ["--package", "transformers", "--variant", "broken"]
-    code = main(["bisect", "hist", *args, "--good", "4.49.0", "--bad", "4.47.0", "--verify", "2"])
+    code = cli_main.main(["bisect", "hist", *args, "--good", "4.49.0", "--bad", "4.47.0", "--verify", "2"])
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 1 and out[-1].startswith("non-monotone: transformers 4.48.0 reproduces")
-    code = main(["sweep", "hist", *args, "--range", ">=4.47.0,<=4.49.0"])
+    code = cli_main.main(["sweep", "hist", *args, "--range", ">=4.47.0,<=4.49.0"])
     captured = capsys.readouterr()
     assert code == 0
     assert (

@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 from reprobox.bisect.log import ProbeLog
 from reprobox.bisect.search import Job, SearchError, ThreadRunner
 from reprobox.bisect.summary import LOG_FILE, ProbeEntry
-from reprobox.core.cells import Cell
+from reprobox.core.cells import Cell, make_cell
 from reprobox.core.errors import BadInput, ExitCode, ReproboxError, Terminated
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
@@ -338,6 +338,21 @@ def pipeline_probes(
 
     cancel = getattr(backend, "cancel_all", None)
     return Probes(run=run, env_key=env_key, warm=warm, versions=versions, cancel=cancel)
+
+
+def release_probes(target: Target, package: str, runs: Path) -> Probes[str]:
+    """Probes of one package's releases: the variant's lock with that package at a version."""
+    repro, platform = target.repro, target.options.platform
+
+    def lock_of(version: str) -> Path:
+        return pipeline.lock_for(
+            repro, target.variant, platform, {package: version}, settings=target.settings
+        )
+
+    def cell_of(version: str) -> Cell:
+        return make_cell(repro, target.variant, {package: version}, None, platform)
+
+    return pipeline_probes(target, lock_of, cell_of, runs)
 
 
 def lock_versions(lock: Path) -> dict[str, str]:

@@ -27,7 +27,7 @@ from reprobox.bisect.prober import (
     Target,
     answering,
     default_log,
-    pipeline_probes,
+    release_probes,
 )
 from reprobox.bisect.search import BisectResult, ThreadRunner, bisect, multisect
 from reprobox.bisect.summary import (
@@ -39,12 +39,10 @@ from reprobox.bisect.summary import (
     read_summaries,
     write_summary,
 )
-from reprobox.core import cells as matrix
 from reprobox.core.errors import BadInput, ReproboxError
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import RecordStore
 from reprobox.envs.index import PackageIndex, Release, select
-from reprobox.run import pipeline
 
 
 def release_range(index: PackageIndex, package: str, good: str, bad: str) -> list[str]:
@@ -110,16 +108,7 @@ def release_bisect(
     sweep = sweep_command(repro.name, name, versions[0], versions[-1], target.variant)
     with ProbeLog(path, header) as log:
         if probes is None:
-
-            def lock_of(version: str) -> Path:
-                return pipeline.lock_for(
-                    repro, target.variant, platform, {package: version}, settings=target.settings
-                )
-
-            def cell_of(version: str) -> matrix.Cell:
-                return matrix.make_cell(repro, target.variant, {package: version}, None, platform)
-
-            probes = pipeline_probes(target, lock_of, cell_of, path.parent / "runs")
+            probes = release_probes(target, package, path.parent / "runs")
         marked = set(yanked)
         prober = Prober(
             probes,

@@ -15,13 +15,17 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from reprobox.bisect.log import ProbeLog
-from reprobox.bisect.prober import Prober, Probes, Target, default_log, pipeline_probes
+from reprobox.bisect.prober import (
+    Prober,
+    Probes,
+    Target,
+    default_log,
+    release_probes,
+)
 from reprobox.bisect.summary import BisectSummary, Event, ProbeEntry, write_summary
-from reprobox.core import cells as matrix
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.envs.index import PackageIndex, select
-from reprobox.run import pipeline
 
 
 def affected_ranges(
@@ -88,16 +92,7 @@ def sweep(
     path = log_path or default_log(target, header)
     with ProbeLog(path, header) as log:
         if probes is None:
-
-            def lock_of(version: str) -> Path:
-                return pipeline.lock_for(
-                    repro, target.variant, platform, {package: version}, settings=target.settings
-                )
-
-            def cell_of(version: str) -> matrix.Cell:
-                return matrix.make_cell(repro, target.variant, {package: version}, None, platform)
-
-            probes = pipeline_probes(target, lock_of, cell_of, path.parent / "runs")
+            probes = release_probes(target, package, path.parent / "runs")
         marked = set(yanked)
         prober = Prober(
             probes, log, str, tags=lambda v: ["yanked"] if v in marked else [], on_probe=on_probe
