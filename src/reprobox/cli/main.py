@@ -530,7 +530,7 @@ def cmd_verdict(args: argparse.Namespace) -> int:
     _say_commits([record])
     if record.verdict is not None and record.status != "error":
         return Verdict(record.verdict).exit_code
-    if record.exit_code == ExitCode.ENV_FAILED:
+    if record.exit_code in (ExitCode.ENV_FAILED, ExitCode.CANNOT_TEST):  # too few GPUs, too
         return int(ExitCode.CANNOT_TEST)
     ui.error(record.reason)
     interrupts = (ExitCode.INTERRUPTED, ExitCode.TERMINATED, ExitCode.HANGUP)

@@ -154,6 +154,10 @@ class PlatformSection(_Section):
     python: str | None = None
     pins: list[str] = []
     install_env: dict[str, str] = {}
+    # GPU hosts (run/devices.py): ranks that may share one GPU (NCCL refuses two: 1 unless
+    # the script's collectives run over gloo, `backend = "gloo"`).
+    ranks_per_gpu: int = Field(default=1, ge=1, le=MAX_PROCESSES, strict=True)
+    backend: Literal["nccl", "gloo"] = "nccl"
 
 
 class ImageSection(_Section):
@@ -422,6 +426,11 @@ def _check_semantics(repro: Repro, shown: str) -> None:
         if not SLUG.match(name):
             fail(f"platforms.{name}", _NOT_A_SLUG)
         _check_pins(platform.pins, f"platforms.{name}.pins", fail)
+        if platform.ranks_per_gpu > 1 and platform.backend == "nccl":
+            fail(
+                f"platforms.{name}.ranks_per_gpu",
+                'NCCL refuses two ranks on one GPU; set backend = "gloo" to share GPUs',
+            )
     _check_launch(repro, spec.launch, "launch", fail)
 
     for name, variant in spec.variants.items():

@@ -13,7 +13,7 @@ from reprobox.core.protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV
 from reprobox.core.settings import Settings, repro_cache
 from reprobox.core.spec import Repro
 from reprobox.envs import torch_source, venvs
-from reprobox.run import launcher
+from reprobox.run import devices, launcher
 from reprobox.run.backend import PLAN_FILE, PREFLIGHT_LOG, LaunchRequest, Prepared
 from reprobox.run.exits import last_error, launcher_exits, rank_exits
 from reprobox.run.pipeline import env_inputs, plan_text
@@ -24,11 +24,14 @@ class VenvBackend:
 
     name = "venv"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, gpus: int | None = None) -> None:
         self.settings = settings
+        self.gpus = gpus  # this host's GPUs (None: count them with nvidia-smi)
 
     def prepare(self, repro: Repro, cell: Cell, lock: Path) -> Prepared:
         started = time.monotonic()
+        # Too few GPUs is "cannot test here" (125), found before a 3 GB install, not a crash.
+        devices.require(repro, cell.variant, cell.platform, self.gpus)
         env = venvs.ensure_env(lock, *env_inputs(repro, cell.platform), settings=self.settings)
         return Prepared(
             key=str(env.path),
