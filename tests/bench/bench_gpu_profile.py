@@ -52,10 +52,11 @@ def main() -> None:
         started = time.perf_counter()
         env = venvs.ensure_env(lock, *env_inputs(repro, "gpu"), settings=settings)
         install_s = time.perf_counter() - started
+        # torch's version, CUDA, the archs compiled in (sm_90 for H100/H200), a GPU here
         torch_line = subprocess.run(
             [str(env.bin("python")), "-c",
              "import torch; print(torch.__version__, torch.version.cuda, "
-             "' '.join(torch.cuda.get_arch_list()) or '-', torch.cuda.is_available())"],
+             "torch._C._cuda_getArchFlags(), torch.cuda.is_available())"],
             capture_output=True, text=True, check=False,
         ).stdout.strip()  # fmt: skip
         out = Path(tempfile.mkdtemp(prefix=f"bench-gpu-profile-{variant}-"))
