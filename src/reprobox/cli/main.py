@@ -26,6 +26,7 @@ from reprobox.cli import listing as list_cli
 from reprobox.cli import report as report_cli
 from reprobox.cli import scaleout as scaleout_cli
 from reprobox.cli import ui
+from reprobox.cli import wheelhouse as wheelhouse_cli
 from reprobox.core import cells as matrix
 from reprobox.core import spec
 from reprobox.core.errors import BadInput, ExitCode, ReproboxError
@@ -298,6 +299,7 @@ def _parser() -> argparse.ArgumentParser:
     report_cli.register(commands)
     export_cli.register(commands)
     bundle_cli.register(commands)
+    wheelhouse_cli.register(commands)
     scaleout_cli.register(commands)
     return parser
 

@@ -43,6 +43,7 @@ class Settings:
     script_cache: Path | None = None  # REPRO_CACHE: what scripts build (default: under cache)
     # uv's own settings that can serve torch (uv reads them itself; named in records/errors)
     uv_settings: tuple[tuple[str, str], ...] = ()
+    wheelhouse: Path | None = None  # REPROBOX_WHEELHOUSE: install from this folder, no index
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -68,6 +69,7 @@ class Settings:
             uv_settings=tuple((name, env[name]) for name in UV_SETTINGS if env.get(name)),
             torch_index=env.get("REPROBOX_TORCH_INDEX") or None,
             torch_source=_choice(env, "REPROBOX_TORCH_SOURCE", ("cpu", "pypi")),
+            wheelhouse=_absolute(env, "REPROBOX_WHEELHOUSE"),
         )
 
 

@@ -24,7 +24,7 @@ from packaging.utils import canonicalize_name
 from reprobox.core.errors import BadInput, EnvError, ExitCode
 from reprobox.core.files import atomic_write
 from reprobox.core.settings import Settings
-from reprobox.envs import torch_source
+from reprobox.envs import torch_source, wheelhouse
 from reprobox.envs.uv import run_uv, uv_bin
 
 LOCK_HEADER = "# reprobox-lock input="
@@ -140,6 +140,7 @@ def compile_lock(request: LockRequest, dest: Path, settings: Settings) -> Path:
     pypi = request.torch_source == "pypi"
     if request.platform == "cpu":
         cmd += dataclasses.replace(source, flavour=request.torch_source).uv_args()
+    cmd += wheelhouse.install_args(settings)  # offline: resolve from the wheelhouse alone
     requirements = [_without_local(r) if pypi else r for r in request.requirements]
     proc = run_uv(cmd, stdin="\n".join(requirements) + "\n", what="resolve", settings=settings)
     if request.platform == "cpu" and not pypi:

@@ -30,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from reprobox.core.errors import EnvError
 from reprobox.core.settings import Settings
-from reprobox.envs import torch_source
+from reprobox.envs import torch_source, wheelhouse
 from reprobox.envs.uv import run_uv, uv_bin
 
 READY_MARKER = ".reprobox-ready"
@@ -114,7 +114,8 @@ def _install(
     shutil.rmtree(path, ignore_errors=True)
     venv = [uv_bin(), "venv", "--quiet", "--python", python, str(path)]
     run_uv(venv, what="create venv", settings=settings)
-    links = torch_args(lock.read_text(), settings)
+    # A wheelhouse (REPROBOX_WHEELHOUSE) replaces every index: an offline node installs from it.
+    links = wheelhouse.install_args(settings) or torch_args(lock.read_text(), settings)
     pip = [uv_bin(), "pip", "--quiet"]
     target = ["--require-hashes", "--python", str(path / "bin" / "python"), *links]
     first, late = split_lock(lock.read_text(), no_build_isolation)

@@ -1,0 +1,118 @@
+"""Offline installs: a folder holding every wheel (or sdist) a lock installs.
+
+GPU cluster nodes often have no internet. `reprobox wheelhouse` downloads, on a machine that
+has it, each distribution a lock pins, for the target's Python and platform tag; with
+`REPROBOX_WHEELHOUSE=DIR` installs then read only that folder (`--no-index --find-links`).
+uv has no `pip download`, so pip downloads, one pinned entry at a time (`--no-deps`: the lock
+is already the full set), with the lock's hashes checked where the target Python is the
+lock's own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from reprobox.core.errors import BadInput, EnvError
+from reprobox.core.settings import Settings
+from reprobox.envs import torch_source
+
+DEFAULT_TAG = "manylinux_2_28_x86_64"  # what the locks target (locks.PLATFORM_TAGS)
+
+
+@dataclass(frozen=True)
+class Wheelhouse:
+    """What a download left in the folder."""
+
+    path: Path
+    files: tuple[str, ...]
+    bytes: int
+    hashes_checked: bool
+
+
+def lock_entries(lock_text: str) -> list[str]:
+    """Each pinned distribution's block of a hashed lock (its line and its `--hash` lines)."""
+    entries: list[str] = []
+    for line in lock_text.splitlines(keepends=True):
+        if line[:1] in ("", "#", "\n"):
+            continue
+        if line[:1] == " ":
+            if entries and line.lstrip().startswith("--hash"):
+                entries[-1] += line
+            continue
+        entries.append(line)
+    return [entry.rstrip(" \\\n") if "--hash" not in entry else entry for entry in entries]
+
+
+def pip_platforms(tag: str) -> list[str]:
+    """The tags pip should accept for `tag`: pip does not widen `manylinux_2_28_x86_64` to the
+    older manylinux wheels a host of that glibc also runs (most of PyPI's)."""
+    prefix, _, arch = tag.partition("_2_")
+    if prefix != "manylinux" or "_" not in arch:
+        return [tag]
+    minor, _, machine = arch.partition("_")
+    if not minor.isdigit():
+        return [tag]
+    tags = [f"manylinux_2_{n}_{machine}" for n in range(int(minor), 4, -1)]
+    return [*tags, f"manylinux2014_{machine}", f"manylinux2010_{machine}",
+            f"manylinux1_{machine}", f"linux_{machine}"]  # fmt: skip
+
+
+def pip_command() -> list[str]:
+    """pip, as a command this process can run (the harness's own venv has it)."""
+    for pip in ([sys.executable, "-m", "pip"], ["python3", "-m", "pip"]):
+        try:
+            ok = subprocess.run([*pip, "--version"], capture_output=True, timeout=60).returncode
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if ok == 0:
+            return pip
+    raise EnvError("pip is not available to download a wheelhouse (python -m pip)")
+
+
+def download(
+    lock: Path, dest: Path, *, python: str, lock_python: str, tag: str, settings: Settings
+) -> Wheelhouse:
+    """Download every distribution `lock` pins into `dest` for `python` and `tag`.
+
+    A wheel is preferred; a distribution without one for the target (deepspeed is an sdist)
+    is downloaded as its sdist. Hashes are checked when `python` is the lock's own (the same
+    files); for another Python the files differ and the lock's hashes cannot apply."""
+    dest.mkdir(parents=True, exist_ok=True)
+    hashes = python == lock_python
+    pip = pip_command()
+    links = [a for link in torch_source.find_links(settings) for a in ("--find-links", link)]
+    target = [f"--platform={p}" for p in pip_platforms(tag)]
+    target += ["--python-version", python, "--implementation", "cp"]
+    base = [*pip, "download", "--no-deps", "--quiet", "--dest", str(dest), *links, *target]
+    text = lock.read_text()
+    with tempfile.TemporaryDirectory(prefix="reprobox-wheelhouse-") as scratch:
+        for entry in lock_entries(text):
+            req = Path(scratch) / "entry.txt"
+            req.write_text(entry if hashes else entry.split("\\", 1)[0].strip() + "\n")
+            wheel = subprocess.run([*base, "--only-binary=:all:", "-r", str(req)],
+                                   capture_output=True, text=True, check=False)  # fmt: skip
+            if wheel.returncode == 0:
+                continue
+            sdist = subprocess.run([*base, "--no-binary=:all:", "-r", str(req)],
+                                   capture_output=True, text=True, check=False)  # fmt: skip
+            if sdist.returncode != 0:
+                name = entry.split(" ", 1)[0].strip()
+                why = (wheel.stderr.strip().splitlines() or ["no message"])[-1]
+                raise EnvError(f"cannot download {name} for Python {python}, {tag}: {why}")
+    files = tuple(sorted(p.name for p in dest.iterdir() if p.is_file()))
+    size = sum((dest / f).stat().st_size for f in files)
+    return Wheelhouse(dest, files, size, hashes)
+
+
+def install_args(settings: Settings) -> list[str]:
+    """uv arguments that confine an install (and a resolution) to the wheelhouse, if one is
+    set (`REPROBOX_WHEELHOUSE`): no index is asked."""
+    if settings.wheelhouse is None:
+        return []
+    if not settings.wheelhouse.is_dir():
+        raise BadInput(f"REPROBOX_WHEELHOUSE={settings.wheelhouse}: no such folder")
+    return ["--no-index", "--find-links", str(settings.wheelhouse)]
