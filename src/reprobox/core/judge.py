@@ -164,8 +164,7 @@ def judge(
     if launched.timed_out:
         return _error(
             ExitCode.TIMEOUT,
-            f"timed out after {launched.timeout:g}s (a hung collective?); "
-            f"{launched.stopped}{logs}",
+            f"timed out after {launched.timeout:g}s (a hung collective?); {launched.stopped}{logs}",
         )
     try:
         result = read_result(result_path)
