@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reprobox.bisect.prober import Target
 from reprobox.cli import bundle as bundle_cli
 from reprobox.cli import export as export_cli
 from reprobox.cli import listing as list_cli
@@ -37,6 +36,9 @@ from reprobox.envs.index import IndexAxes, SimpleIndex
 from reprobox.run import pipeline as workflow
 from reprobox.run.backend import Backend
 from reprobox.run.backends.venv import VenvBackend
+
+if TYPE_CHECKING:
+    from reprobox.bisect.prober import Target
 
 VERDICT_STOP = 255  # `git bisect run`: stop, this is neither good, bad nor skip
 
@@ -541,6 +543,8 @@ def cmd_verdict(args: argparse.Namespace) -> int:
 
 def _bisect_target(args: argparse.Namespace) -> tuple[Target, spec.BisectSection | None]:
     """The repro and variant every probe runs, from the flags or [bisect]."""
+    from reprobox.bisect.prober import Target  # bisects only: a run need not import it
+
     settings = _settings(args)
     repro = spec.load(settings.root, args.repro)
     defaults = repro.spec.bisect

@@ -96,13 +96,3 @@ def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
 def repro_cache(settings: Settings, repro: str) -> Path:
     """The folder a repro's script keeps what it builds in (a tiny model, JIT-built ops)."""
     return settings.script_cache or settings.cache / "repro-cache" / repro
-
-
-def current() -> Settings:
-    """The settings of this process (for the few module-level defaults that predate them)."""
-    return Settings.from_env()
-
-
-def cache_dir() -> Path:
-    """Where envs, cached locks and release lists live (REPROBOX_CACHE overrides)."""
-    return current().cache

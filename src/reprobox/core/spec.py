@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
 import re
 import tomllib
 import types
@@ -269,17 +268,6 @@ def merge_pins(base: list[str], replacements: list[str]) -> list[str]:
     for pin in replacements:
         merged[canonicalize_name(Requirement(pin).name)] = pin
     return list(merged.values())
-
-
-def repo_root() -> Path:
-    """The checkout holding repros/ (REPROBOX_ROOT overrides; tests use it)."""
-    if env := os.environ.get("REPROBOX_ROOT"):
-        return Path(env).resolve()
-    here = Path.cwd().resolve()
-    for candidate in (here, *here.parents):
-        if (candidate / "repros").is_dir() and (candidate / "noxfile.py").is_file():
-            return candidate
-    return Path(__file__).resolve().parents[2]
 
 
 def discover(root: Path) -> list[str]:

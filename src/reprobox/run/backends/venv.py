@@ -12,7 +12,7 @@ from reprobox.core.judge import Launched
 from reprobox.core.protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV
 from reprobox.core.settings import Settings, repro_cache
 from reprobox.core.spec import Repro
-from reprobox.envs import torch_source, venvs
+from reprobox.envs import venvs
 from reprobox.run import devices, launcher
 from reprobox.run.backend import PLAN_FILE, PREFLIGHT_LOG, LaunchRequest, Prepared
 from reprobox.run.exits import last_error, launcher_exits, rank_exits
@@ -38,7 +38,7 @@ class VenvBackend:
             lock=lock,
             lock_hash=env.lock_hash,
             runner=f"venv (rebuilt: {env.repaired})" if env.repaired else "venv",
-            torch_source=torch_source.from_settings(self.settings).describe(),
+            torch_source=env.torch_source,
             env_s=time.monotonic() - started,
             handle=env,
         )
