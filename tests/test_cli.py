@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from importlib import metadata
@@ -16,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import reprobox, write_repro
+from conftest import ROOT, reprobox, write_repro
 from reprobox.cli import main as cli
 from reprobox.core import spec
 from reprobox.core.errors import BadInput, ExitCode
@@ -366,3 +369,14 @@ def test_lock_check_command_names_what_is_out_of_date(toy_root: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().endswith("Dockerfile: written")
     assert reprobox("lock", "--check", "toy").returncode == 0
+
+
+def test_nox_verdicts_shows_record_text_as_written(marked_up: Path) -> None:
+    """`nox -s verdicts` (the end of `make repro`) prints the same table through nox."""
+    nox = Path(sys.executable).parent / "nox"
+    done = subprocess.run(
+        [str(nox), "-f", str(ROOT / "noxfile.py"), "-s", "verdicts", "--", "--all"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr and "MarkupError" not in done.stderr, done.stderr
+    assert LABEL in done.stdout and REASON in done.stdout, done.stdout + done.stderr
