@@ -62,7 +62,8 @@ def pip_platforms(tag: str) -> list[str]:
 
 
 def pip_command() -> list[str]:
-    """pip, as a command this process can run (the harness's own venv has it)."""
+    """pip, as a command this process can run (a dependency of reprobox, so its own
+    interpreter has it)."""
     for pip in ([sys.executable, "-m", "pip"], ["python3", "-m", "pip"]):
         try:
             ok = subprocess.run([*pip, "--version"], capture_output=True, timeout=60).returncode
