@@ -9,10 +9,10 @@ only a sweep over every release can say where.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from reprobox.bisect.prober import Prober
+from reprobox.bisect.prober import BisectError, Prober
 from reprobox.bisect.search import BisectResult
 from reprobox.bisect.summary import Contradiction
 from reprobox.core.protocol import Verdict
@@ -82,3 +82,48 @@ def unique(found: Iterable[Contradiction]) -> list[Contradiction]:
             seen.add((item.item, item.verdict))
             kept.append(item)
     return kept
+
+
+def check_ends(
+    prober: Prober[str],
+    good: str,
+    bad: str,
+    *,
+    shown: Callable[[str], str] = str,
+    noun: str = "release",
+    sweep: str = "",
+    workers: int = 1,
+) -> None:
+    """Fail fast, before any search, when the ends are not what the user says they are.
+    Ends with the same verdict are no answer either way: the change may have come and gone
+    inside the range, which a bisect cannot see (`sweep`, when given, is the command that
+    probes every item). With `workers` > 1 both ends run at once."""
+    if workers > 1:
+        prober.probe_all([(good, 1), (bad, 1)], workers)  # the loop below reads them back
+    got: dict[str, Verdict] = {}
+    for flag, item in (("--good", good), ("--bad", bad)):
+        verdict = prober(item, 1)
+        if verdict is None:
+            why = prober.entry(item).reason
+            raise BisectError(
+                f"{flag} {shown(item)} cannot be tested here: {why} (see {prober.log.path})"
+            )
+        got[flag] = verdict
+    if got["--good"] is Verdict.CLEAN and got["--bad"] is Verdict.REPRODUCED:
+        return
+    if got["--good"] is Verdict.REPRODUCED and got["--bad"] is Verdict.CLEAN:
+        raise BisectError(
+            f"--good {shown(good)} is reproduced, not clean, and --bad {shown(bad)} is clean: "
+            "are --good and --bad the right way round?"
+        )
+    wrong, item, want = (
+        ("--good", good, Verdict.CLEAN)
+        if got["--good"] is not Verdict.CLEAN
+        else ("--bad", bad, Verdict.REPRODUCED)
+    )
+    hint = f"; `{sweep}` probes every {noun}" if sweep else ""
+    raise BisectError(
+        f"{wrong} {shown(item)} is {got[wrong].value}, not {want.value}: both ends are "
+        f"{got['--good'].value}, so either no {noun} between them changes the verdict, or the "
+        f"change came and went inside the range (a bisect cannot tell){hint}"
+    )

@@ -23,7 +23,6 @@ from packaging.utils import canonicalize_name
 from reprobox.bisect import checks
 from reprobox.bisect.log import ProbeLog
 from reprobox.bisect.prober import (
-    BisectError,
     Prober,
     Probes,
     Target,
@@ -115,7 +114,8 @@ def commit_bisect(
         inside: set[str] = set()  # the commits of merged branches that were searched
         notes: list[str] = []
         try:
-            check_ends(prober, good_sha, bad_sha, good, bad)
+            names = {good_sha: f"{good} ({good_sha[:10]})", bad_sha: f"{bad} ({bad_sha[:10]})"}
+            checks.check_ends(prober, good_sha, bad_sha, shown=names.__getitem__, noun="commit")
             with answering():
                 result = bisect(shas, prober, confirm=confirm, prefetch=prober.prefetch)
             if result.status != "flaky":
@@ -177,34 +177,6 @@ def commit_probes(target: Target, package: str, url: str, runs: Path) -> Probes[
         return matrix.make_cell(repro, target.variant, source(sha), None, platform)
 
     return pipeline_probes(target, lock_of, cell_of, runs)
-
-
-def check_ends(prober: Prober[str], good_sha: str, bad_sha: str, good: str, bad: str) -> None:
-    """Fail fast, before any search, when the ends are not what the user says they are."""
-    got: dict[str, Verdict] = {}
-    for flag, sha, ref in (("--good", good_sha, good), ("--bad", bad_sha, bad)):
-        verdict = prober(sha, 1)
-        if verdict is None:
-            why = prober.entry(sha).reason
-            raise BisectError(f"{flag} {ref} ({sha[:10]}) cannot be tested here: {why}")
-        got[flag] = verdict
-    if got["--good"] is Verdict.CLEAN and got["--bad"] is Verdict.REPRODUCED:
-        return
-    if got["--good"] is Verdict.REPRODUCED and got["--bad"] is Verdict.CLEAN:
-        raise BisectError(
-            f"--good {good} reproduces and --bad {bad} is clean: are --good and --bad the "
-            "right way round?"
-        )
-    wrong, ref, want = (
-        ("--good", good, Verdict.CLEAN)
-        if got["--good"] is not Verdict.CLEAN
-        else ("--bad", bad, Verdict.REPRODUCED)
-    )
-    raise BisectError(
-        f"{wrong} {ref} is {got[wrong].value}, not {want.value}: both ends are "
-        f"{got['--good'].value}, so either no commit between them changes the verdict, or the "
-        "change came and went inside the range (a bisect cannot tell)"
-    )
 
 
 def _descend(

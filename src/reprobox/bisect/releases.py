@@ -21,7 +21,6 @@ from packaging.version import Version
 from reprobox.bisect import checks
 from reprobox.bisect.log import ProbeLog
 from reprobox.bisect.prober import (
-    BisectError,
     Prober,
     Probes,
     Target,
@@ -122,7 +121,9 @@ def release_bisect(
         verified: list[str] = []
         try:
             # as the index spells them ("1.25" is 1.25.0), so each end is probed once
-            check_ends(prober, str(Version(good)), str(Version(bad)), sweep, workers)
+            checks.check_ends(
+                prober, str(Version(good)), str(Version(bad)), sweep=sweep, workers=workers
+            )
             with answering():
                 if workers > 1:
                     runner = ThreadRunner(prober, workers, on_interrupt=prober.stop)
@@ -162,37 +163,6 @@ def release_bisect(
         )  # fmt: skip
         summary = summary.counts(prober.runs, len(versions), time.monotonic() - started)
         return write_summary(path, summary)
-
-
-def check_ends(prober: Prober[str], good: str, bad: str, sweep: str, workers: int = 1) -> None:
-    """Fail fast, before any search, when the ends are not what the user says they are (with
-    `workers` > 1 both ends run at once)."""
-    got: dict[str, Verdict] = {}
-    if workers > 1:
-        prober.probe_all([(good, 1), (bad, 1)], workers)  # the loop below reads them back
-    for flag, item in (("--good", good), ("--bad", bad)):
-        verdict = prober(item, 1)
-        if verdict is None:
-            raise BisectError(f"{flag} {item} cannot be tested here (see {prober.log.path})")
-        got[flag] = verdict
-    if got["--good"] is Verdict.CLEAN and got["--bad"] is Verdict.REPRODUCED:
-        return
-    if got["--good"] is Verdict.REPRODUCED and got["--bad"] is Verdict.CLEAN:
-        raise BisectError(
-            f"--good {good} is reproduced, not clean, and --bad {bad} is clean: "
-            "are --good and --bad the right way round?"
-        )
-    wrong, item, want = (
-        ("--good", good, Verdict.CLEAN)
-        if got["--good"] is not Verdict.CLEAN
-        else ("--bad", bad, Verdict.REPRODUCED)
-    )
-    same = got["--good"].value
-    raise BisectError(
-        f"{wrong} {item} is {got[wrong].value}, not {want.value}: both ends are {same}, so "
-        f"either no release between them changes the verdict, or the change came and went "
-        f"inside the range (a bisect cannot tell); `{sweep}` probes every release"
-    )
 
 
 def known_verdicts(
