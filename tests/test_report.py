@@ -639,3 +639,29 @@ def test_dry_run_needs_a_target(ppo_root: Path) -> None:
     args = _parse("report", "ppo", "--dry-run")
     with pytest.raises(BadInput, match="go with --post"):
         args.handler(args)
+
+
+def test_the_commit_answer_stands_beside_the_release_answer(ppo_root: Path) -> None:
+    _bisect_summary(ppo_root, kind="release")
+    folder = results_dir(ppo_root) / "ppo" / "_bisect" / "20261130T010000-def"
+    folder.mkdir(parents=True)
+    sha = "c02ce6d3f5cd9809875274e277685547e4cedca6"
+    commit = {
+        "sha": sha,
+        "subject": "Extend DeepSpeed integration to ZeRO-{1,2,3} (#758)",
+        "author": "A. Maintainer",
+        "pr": 758,
+        "link": f"https://github.com/huggingface/trl/commit/{sha}",
+        "pr_link": "https://github.com/huggingface/trl/pull/758",
+    }
+    summary = {
+        "kind": "commit", "status": "found", "package": "trl", "variant": "broken",
+        "good": "v0.7.2", "bad": "v0.7.1", "first": sha, "last_start": "0" * 40,
+        "start_verdict": "reproduced", "end_verdict": "clean", "versions": [],
+        "result": f"first clean commit: {sha[:12]} (#758)", "commit": commit,
+    }  # fmt: skip
+    (folder / "summary.json").write_text(json.dumps(summary))
+    comment = report.write_report(ppo_root, "ppo", NO_ENV).comment.read_text()
+    assert "**Fixed in trl 0.7.2:**" in comment
+    assert f"[{sha[:12]}](https://github.com/huggingface/trl/commit/{sha})" in comment
+    assert "](https://github.com/huggingface/trl/pull/758)" in comment  # the PR, linked

@@ -156,9 +156,13 @@ class Builder:
     # -- the headline
 
     def headline(self) -> Section:
-        """The first lines: a bisect's or sweep's answer when there is one, then the result
-        of the bug's cell with its versions and what the script measured."""
-        lines = [line for s in self.summaries[:1] if (line := self.bisect_headline(s))]
+        """The first lines: the newest answer of each kind of bisect or sweep (a commit
+        answer beside the release answer it narrowed), then the result of the bug's cell with
+        its versions and what the script measured."""
+        newest: dict[str, BisectSummary] = {}
+        for summary in self.summaries:  # newest first
+            newest.setdefault(summary.kind, summary)
+        lines = [line for s in newest.values() if (line := self.bisect_headline(s))]
         lines.append(self.result_line())
         return Section("\n\n".join(lines))
 
@@ -247,7 +251,8 @@ class Builder:
         if summary.kind == "commit" and commit is not None and status == "found":
             sha = md.code(commit.sha[:12])
             shown = md.link(commit.sha[:12], commit.link) if commit.link else sha
-            line = f"**First bad commit:** {shown} {md.text(commit.subject)}"
+            what = "Fixed in commit" if summary.end_verdict == "clean" else "First bad commit"
+            line = f"**{what}:** {shown} {md.text(commit.subject)}"
             if commit.pr_link and commit.pr:
                 line += f" ({md.link(f'#{commit.pr}', commit.pr_link)})"
             return line + "."
