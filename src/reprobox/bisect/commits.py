@@ -38,6 +38,7 @@ from reprobox.bisect.summary import (
     ProbeEntry,
     answer,
     assumption,
+    from_search,
     read_summaries,
     verdict_word,
     write_summary,
@@ -138,10 +139,12 @@ def commit_bisect(
         ours = {p.key for p in prober.runs}
         on_disk = known_verdicts(target, name, log, path.parent, ours)
         # verdicts on disk are checked against the first-parent answer (where they sit)
-        base = _summary(header, result, result, found, verified, 0, descended)
+        base = from_search(header, result, found, verified, agreeing=0, descended=descended)
         against, agreeing = base.contradicted_by(on_disk)
         found = checks.unique([*found, *against])
-        summary = _summary(header, result, final, found, verified, agreeing, descended)
+        summary = from_search(
+            header, result, found, verified, final=final, agreeing=agreeing, descended=descended
+        )
         summary.first_parent = first_parent
         if summary.status == "found" and summary.first is not None:
             summary.commit = _answer(clone, url, summary.first, descended)
@@ -212,34 +215,6 @@ def _descend(
 
 def _word(verdict: Verdict | None) -> str:
     return verdict.value if verdict is not None else "untestable"
-
-
-def _summary(
-    header: dict[str, Any],
-    outer: BisectResult[str],
-    final: BisectResult[str],
-    found: list[Contradiction],
-    verified: list[str],
-    agreeing: int,
-    descended: list[str],
-) -> BisectSummary:
-    status = "non-monotone" if found and outer.status != "flaky" else final.status
-    return BisectSummary.model_validate(
-        {
-            **header,
-            "status": status,
-            "start_verdict": outer.start_verdict.value,
-            "end_verdict": outer.end_verdict.value,
-            "last_start": outer.last_start,
-            "first": final.first_end,
-            "candidates": list(final.candidates),
-            "flaky": [*outer.flaky, *final.flaky],
-            "verified": verified,
-            "agreeing": agreeing,
-            "contradictions": [c.model_dump() for c in found],
-            "descended": descended,
-        }
-    )
 
 
 def _answer(clone: Path, url: str, sha: str, descended: list[str]) -> CommitAnswer:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -37,6 +37,7 @@ from reprobox.bisect.summary import (
     ProbeEntry,
     answer,
     assumption,
+    from_search,
     write_summary,
 )
 from reprobox.core import cells as matrix
@@ -208,7 +209,12 @@ def date_bisect(
                 culprit = ddmin(changes, flips)
         finally:
             prober.close()
-        summary = _summary(header, result, found, verified)
+        fields = {
+            "kind": "date", "repro": header["repro"], "variant": header["variant"],
+            "platform": header["platform"], "start": header["start"], "end": header["end"],
+            "floated": header["float"],
+        }  # fmt: skip
+        summary = from_search(fields, result, found, verified, shown=describe)
         first_day = result.first_end if isinstance(result.first_end, date) else start
         new = released_on(index, sorted(floated), first_day) if index is not None else []
         summary.released_on_day = new
@@ -247,32 +253,3 @@ def _same_ends_advice(exc: SearchError) -> str:
 
 def _change(name: str, before: dict[str, str], after: dict[str, str]) -> str:
     return f"{name} {before.get(name, '(none)')} -> {after.get(name, '(none)')}"
-
-
-def _summary(
-    header: Mapping[str, Any],
-    result: BisectResult[DateItem],
-    found: list[Contradiction],
-    verified: list[str],
-) -> BisectSummary:
-    status = "non-monotone" if found and result.status != "flaky" else result.status
-    return BisectSummary.model_validate(
-        {
-            "kind": "date",
-            "repro": header["repro"],
-            "variant": header["variant"],
-            "platform": header["platform"],
-            "start": header["start"],
-            "end": header["end"],
-            "floated": header["float"],
-            "status": status,
-            "start_verdict": result.start_verdict.value,
-            "end_verdict": result.end_verdict.value,
-            "last_start": describe(result.last_start),
-            "first": describe(result.first_end),
-            "candidates": [describe(c) for c in result.candidates],
-            "flaky": [describe(f) for f in result.flaky],
-            "verified": verified,
-            "contradictions": [c.model_dump() for c in found],
-        }
-    )

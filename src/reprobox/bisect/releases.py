@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +28,14 @@ from reprobox.bisect.prober import (
     default_log,
     release_probes,
 )
-from reprobox.bisect.search import BisectResult, ThreadRunner, bisect, multisect
+from reprobox.bisect.search import ThreadRunner, bisect, multisect
 from reprobox.bisect.summary import (
     BisectSummary,
     Contradiction,
     ProbeEntry,
     answer,
     assumption,
+    from_search,
     read_summaries,
     write_summary,
 )
@@ -144,10 +145,10 @@ def release_bisect(
             prober.close()
         ours = {p.key for p in prober.runs}
         on_disk, unread = known_verdicts(target, name, log, path.parent, ours)
-        summary = _summary(header, result, [], verified, 0, yanked)
+        summary = from_search(header, result, [], verified, agreeing=0, yanked=yanked)
         against, agreeing = summary.contradicted_by(on_disk)
         found = checks.unique([*found, *against])
-        summary = _summary(header, result, found, verified, agreeing, yanked)
+        summary = from_search(header, result, found, verified, agreeing=agreeing, yanked=yanked)
         extra = (
             (f", {len(verified)} of them to verify" if verified else "")
             + (f"; {agreeing} verdict(s) on disk agree" if agreeing else "")
@@ -218,30 +219,3 @@ def _exact_pin(requirements: Iterable[str], package: str) -> str | None:
         pins = [s.version for s in requirement.specifier if s.operator == "=="]
         return pins[0] if len(pins) == 1 and len(requirement.specifier) == 1 else None
     return None
-
-
-def _summary(
-    header: Mapping[str, Any],
-    result: BisectResult[str],
-    found: list[Contradiction],
-    verified: list[str],
-    agreeing: int,
-    yanked: list[str],
-) -> BisectSummary:
-    status = "non-monotone" if found and result.status != "flaky" else result.status
-    return BisectSummary.model_validate(
-        {
-            **header,
-            "status": status,
-            "yanked": yanked,
-            "start_verdict": result.start_verdict.value,
-            "end_verdict": result.end_verdict.value,
-            "last_start": str(result.last_start),
-            "first": str(result.first_end),
-            "candidates": [str(c) for c in result.candidates],
-            "flaky": [str(f) for f in result.flaky],
-            "verified": verified,
-            "agreeing": agreeing,
-            "contradictions": [c.model_dump() for c in found],
-        }
-    )

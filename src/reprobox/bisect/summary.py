@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from reprobox.bisect.search import BisectResult
 from reprobox.core.protocol import Verdict
 
 SUMMARY_FILE = "summary.json"
@@ -269,6 +270,38 @@ def answer(
         core += ", ".join(named(c) for c in summary.candidates)
     inside = "; ".join(part for part in (detail, summary.assumption) if part)
     return f"{core} ({inside})" if inside else core
+
+
+def from_search(
+    fields: Mapping[str, Any],
+    result: BisectResult[Any],
+    found: list[Contradiction],
+    verified: list[str],
+    *,
+    shown: Callable[[Any], str] = str,
+    final: BisectResult[Any] | None = None,
+    **extra: Any,
+) -> BisectSummary:
+    """A bisect's summary from its search. Any contradiction (a verify probe or a verdict on
+    disk against the answer) makes the status non-monotone, never found: the one place that
+    rule lives. `final` is a narrower search inside `result` (a descent into a merge)."""
+    last = final or result
+    status = "non-monotone" if found and result.status != "flaky" else last.status
+    return BisectSummary.model_validate(
+        {
+            **fields,
+            "status": status,
+            "start_verdict": result.start_verdict.value,
+            "end_verdict": result.end_verdict.value,
+            "last_start": shown(result.last_start),
+            "first": shown(last.first_end),
+            "candidates": [shown(c) for c in last.candidates],
+            "flaky": [shown(f) for f in [*result.flaky, *(final.flaky if final else [])]],
+            "verified": verified,
+            "contradictions": [c.model_dump() for c in found],
+            **extra,
+        }
+    )
 
 
 def write_summary(log_path: Path, summary: BisectSummary) -> BisectSummary:
