@@ -31,6 +31,7 @@ from datetime import datetime
 from pathlib import Path
 
 from reprobox.core import spec
+from reprobox.core.errors import BadInput
 from reprobox.core.records import RECORD_SCHEMA, RecordStore
 from reprobox.report import html, plots
 from reprobox.report.data import (
@@ -157,7 +158,7 @@ def _environment(builder: Builder, options: ReportOptions, repro: spec.Repro) ->
     try:
         extra = dict(repro.launch(bug.variant).env)
         pins = repro.requirements(bug.variant, bug.platform)
-    except Exception:  # a variant since removed from repro.toml
+    except BadInput:  # a variant since removed from repro.toml
         extra, pins = {}, list(repro.spec.env.pins)
     same = [r.label for r in builder.ran if r.command[:1] == bug.command[:1]]
     return gather(bug, pins, extra, options.env_timeout, same)
