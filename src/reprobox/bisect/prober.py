@@ -25,9 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
 from reprobox.bisect.log import ProbeLog
 from reprobox.bisect.search import Job, SearchError, ThreadRunner
 from reprobox.bisect.summary import LOG_FILE, ProbeEntry
@@ -356,21 +353,8 @@ def release_probes(target: Target, package: str, runs: Path) -> Probes[str]:
 
 
 def lock_versions(lock: Path) -> dict[str, str]:
-    """package -> version of every `name==version` line of a lock."""
-    found: dict[str, str] = {}
-    for line in lock.read_text().splitlines():
-        text = line.split("\\", 1)[0].strip()
-        if not text or text.startswith(("#", "-")):
-            continue
-        try:
-            requirement = Requirement(text)
-        except InvalidRequirement:
-            continue
-        pins = [s.version for s in requirement.specifier if s.operator == "=="]
-        if len(pins) == 1:
-            found[canonicalize_name(requirement.name)] = pins[0]
-    return found
-
+    """package -> version of every exact pin of a lock (`envs.venvs.lock_pins`, as text)."""
+    return {name: str(version) for name, version in venvs.lock_pins(lock.read_text()).items()}
 
 def default_log(target: Target, header: dict[str, Any]) -> Path:
     """Same arguments, same log: re-running a bisect resumes it."""
