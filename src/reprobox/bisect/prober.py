@@ -356,6 +356,7 @@ def lock_versions(lock: Path) -> dict[str, str]:
     """package -> version of every exact pin of a lock (`envs.venvs.lock_pins`, as text)."""
     return {name: str(version) for name, version in venvs.lock_pins(lock.read_text()).items()}
 
+
 def default_log(target: Target, header: dict[str, Any]) -> Path:
     """Same arguments, same log: re-running a bisect resumes it."""
     digest = hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()[:10]
