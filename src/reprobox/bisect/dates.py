@@ -28,6 +28,7 @@ from reprobox.bisect.prober import (
     Target,
     answering,
     default_log,
+    pin_overrides,
     pipeline_probes,
 )
 from reprobox.bisect.search import BisectResult, SearchError, bisect, ddmin
@@ -98,10 +99,22 @@ def as_of_request(
 
 
 def pinned_request(repro_request: locks.LockRequest, change: ChangeSet) -> locks.LockRequest:
-    """Exactly the given versions (a delta-debugging step between two resolutions)."""
+    """Exactly the given versions (a delta-debugging step between two resolutions); a
+    package the request takes from a built wheel (`--with NAME@git+...`) keeps that wheel,
+    not a release of the wheel's version."""
+    wheels = {
+        canonicalize_name(req.name): text
+        for text in repro_request.requirements
+        if (req := Requirement(text)).url
+    }
+    pins = [
+        f"{name}=={version}"
+        for name, version in change.pins
+        if version and canonicalize_name(name) not in wheels
+    ]
     return dataclasses.replace(
         repro_request,
-        requirements=tuple(f"{name}=={version}" for name, version in change.pins if version),
+        requirements=(*pins, *wheels.values()),
         exclude_newer_packages=(),
     )
 
@@ -155,12 +168,15 @@ def date_bisect(
         raise BadInput("--verify must be 0 or more")
     floated = {str(canonicalize_name(f)) for f in floats}
     days = [start + timedelta(days=n) for n in range((end - start).days + 1)]
+    target = pin_overrides(target, floated)  # every probe: the same commit of each source
     header: dict[str, Any] = {
         "kind": "date", "repro": repro.name, "variant": target.variant, "start": str(start),
         "end": str(end), "float": sorted(floated), "platform": platform, "days": "utc",
+        **target.header(),
     }  # fmt: skip
     path = log_path or default_log(target, header)
-    base = pipeline.lock_request(repro, target.variant, platform)
+    wheels, _ = pipeline.resolve_sources(dict(target.overrides), target.settings)
+    base = pipeline.lock_request(repro, target.variant, platform, wheels)
 
     def request_of(item: DateItem) -> locks.LockRequest:
         if isinstance(item, date):
@@ -174,7 +190,7 @@ def date_bisect(
                 return locks.cached_lock(request_of(item), target.settings)
 
             def cell_of(item: DateItem) -> matrix.Cell:
-                return matrix.make_cell(repro, target.variant, None, None, platform)
+                return matrix.make_cell(repro, target.variant, target.packages(), None, platform)
 
             probes = pipeline_probes(target, lock_of, cell_of, path.parent / "runs")
         else:
@@ -212,7 +228,7 @@ def date_bisect(
         fields = {
             "kind": "date", "repro": header["repro"], "variant": header["variant"],
             "platform": header["platform"], "start": header["start"], "end": header["end"],
-            "floated": header["float"],
+            "floated": header["float"], **target.header(),
         }  # fmt: skip
         summary = from_search(fields, result, found, verified, shown=describe)
         first_day = result.first_end if isinstance(result.first_end, date) else start
@@ -221,7 +237,7 @@ def date_bisect(
         summary.changes = [_change(n, before, after) for n in changes]
         summary.culprit = [_change(n, before, after) for n in culprit]
         probed = len({p.item for p in prober.runs if not p.item.startswith("changes:")})
-        extra = f", {len(verified)} of them to verify" if verified else ""
+        extra = (f", {len(verified)} of them to verify" if verified else "") + target.note()
         ends = (str(start), str(end))
         summary.assumption = assumption("day", ends, probed, len(days), extra)
         detail = ""

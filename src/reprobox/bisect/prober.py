@@ -18,12 +18,15 @@ import hashlib
 import json
 import signal
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
+from urllib.parse import urlparse
+
+from packaging.utils import canonicalize_name
 
 from reprobox.bisect.log import ProbeLog
 from reprobox.bisect.search import Job, SearchError, ThreadRunner
@@ -33,8 +36,8 @@ from reprobox.core.errors import BadInput, ExitCode, ReproboxError, Terminated
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
-from reprobox.core.spec import Repro
-from reprobox.envs import venvs
+from reprobox.core.spec import Repro, check_version
+from reprobox.envs import git, venvs
 from reprobox.run import pipeline
 from reprobox.run.backend import Backend
 from reprobox.run.backends.venv import VenvBackend
@@ -60,14 +63,47 @@ class ProbeFailed(ReproboxError):
 @dataclass(frozen=True)
 class Target:
     """What every probe runs: one variant of one repro, on one platform, with the process's
-    settings (where results go and records on disk are read; the cache; torch's source), and
-    where probes launch (None: the venv back end on this machine)."""
+    settings (where results go and records on disk are read; the cache; torch's source),
+    where probes launch (None: the venv back end on this machine), and the other packages
+    every probe runs at (`overrides`: a version, `git+URL@REF` or a checkout's `file://`
+    path; `pin_overrides` fixes each source to one commit, named in `commits`, for a whole
+    bisect)."""
 
     repro: Repro
     variant: str
     options: pipeline.RunOptions
     settings: Settings
     backend: Backend | None = None
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    commits: Mapping[str, str] = field(default_factory=dict)  # package -> sha or checkout state
+
+    def packages(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """A probe's package overrides: the target's, then the item's own (`extra`)."""
+        return {**self.overrides, **(extra or {})}
+
+    def header(self) -> dict[str, Any]:
+        """What a probe log's header adds for the overrides (nothing without any, so logs
+        of bisects without them keep their names): a moved ref is another bisect."""
+        if not self.overrides:
+            return {}
+        return {
+            "overrides": dict(sorted(self.overrides.items())),
+            "override_commits": dict(sorted(self.commits.items())),
+        }
+
+    def note(self) -> str:
+        """What an answer line adds for the overrides (`overrides_note`)."""
+        return overrides_note(self.overrides, self.commits)
+
+    def same_overrides(self, packages: Mapping[str, str], commits: Mapping[str, str]) -> bool:
+        """Whether a record's (or summary's) other packages are exactly this target's, so its
+        verdicts speak about this bisect's environments."""
+        mine = {canonicalize_name(k): v for k, v in self.overrides.items()}
+        theirs = {canonicalize_name(k): v for k, v in packages.items()}
+        if mine != theirs:
+            return False
+        ran = {canonicalize_name(k): v for k, v in commits.items()}
+        return all(ran.get(canonicalize_name(k)) == v for k, v in self.commits.items())
 
     @property
     def root(self) -> Path:
@@ -76,6 +112,64 @@ class Target:
     @property
     def results(self) -> Path:
         return self.settings.results
+
+
+def overrides_note(overrides: Mapping[str, str], commits: Mapping[str, str]) -> str:
+    """`; with flagpkg at commit <sha>`: the other packages an answer holds for."""
+    parts = [
+        f"{name} at commit {commits[name]}" if name in commits else f"{name}=={value}"
+        for name, value in sorted(overrides.items())
+    ]
+    return f"; with {', '.join(parts)}" if parts else ""
+
+
+def pin_overrides(target: Target, searched: Iterable[str]) -> Target:
+    """The target with each source override fixed for the whole bisect, resolved once, now: a
+    branch, tag or pull request's ref becomes its sha (so every probe runs the same commit,
+    however the ref moves meanwhile), its wheel is built (a commit that does not build stops
+    here, exit 3, rather than making every probe a skip), and a checkout's state is noted
+    (`check_checkouts` refuses a probe once it changes). Overriding a package the bisect
+    searches is bad input: the search would never see its own versions."""
+    names = {canonicalize_name(p) for p in searched}
+    repro_pins = target.repro.pinned_packages()
+    pinned: dict[str, str] = {}
+    commits: dict[str, str] = {}
+    for package, value in target.overrides.items():
+        if canonicalize_name(package) in names:
+            raise BadInput(
+                f"--with {package}: that is a package this bisect searches; override "
+                "other packages only"
+            )
+        if canonicalize_name(package) not in repro_pins:
+            raise BadInput(f"--with {package}: not a package that {target.repro.name} pins")
+        if git.is_git_source(value):
+            url, ref = git.split_source(value)
+            url = git.normalize_url(url)
+            sha = git.resolve(url, ref, target.settings)
+            git.commit_wheel(url, sha, package, target.settings)
+            pinned[package], commits[package] = f"git+{url}@{sha}", sha
+        elif value.startswith("file://"):
+            label, _ = git.checkout_wheel(Path(urlparse(value).path), package, target.settings)
+            pinned[package], commits[package] = value, label
+        else:
+            check_version(value, f"--with {package}")
+            pinned[package] = value
+    return replace(target, overrides=pinned, commits=commits)
+
+
+def check_checkouts(target: Target) -> None:
+    """BadInput when a checkout given with --with-editable changed since the bisect began:
+    probes before and after would have run different code under one name."""
+    for package, value in target.overrides.items():
+        if not value.startswith("file://"):
+            continue
+        now, _ = git.checkout_wheel(Path(urlparse(value).path), package, target.settings)
+        if now != target.commits.get(package):
+            raise BadInput(
+                f"the checkout of {package} changed during the bisect (was "
+                f"{target.commits.get(package)}, now {now}): every probe must run the same "
+                "code; restore it, or run the bisect again to start a new one"
+            )
 
 
 @dataclass(frozen=True)
@@ -316,6 +410,10 @@ def pipeline_probes(
         return venvs.env_hash(lock_of(item), *pipeline.env_inputs(repro, platform))
 
     def run(item: T, attempt: int) -> Outcome:
+        try:
+            check_checkouts(target)
+        except BadInput as exc:
+            return Outcome("error", reason=str(exc), exit_code=int(ExitCode.BAD_INPUT))
         probe_options = pipeline.RunOptions(
             platform=platform,
             echo=options.echo,
@@ -338,16 +436,18 @@ def pipeline_probes(
 
 
 def release_probes(target: Target, package: str, runs: Path) -> Probes[str]:
-    """Probes of one package's releases: the variant's lock with that package at a version."""
+    """Probes of one package's releases: the variant's lock with that package at a version
+    (and the target's other overrides, the same in every probe)."""
     repro, platform = target.repro, target.options.platform
 
     def lock_of(version: str) -> Path:
+        packages = target.packages({package: version})
         return pipeline.lock_for(
-            repro, target.variant, platform, {package: version}, settings=target.settings
+            repro, target.variant, platform, packages, settings=target.settings
         )
 
     def cell_of(version: str) -> Cell:
-        return make_cell(repro, target.variant, {package: version}, None, platform)
+        return make_cell(repro, target.variant, target.packages({package: version}), None, platform)
 
     return pipeline_probes(target, lock_of, cell_of, runs)
 

@@ -26,6 +26,7 @@ from reprobox.bisect.prober import (
     Target,
     answering,
     default_log,
+    pin_overrides,
     release_probes,
 )
 from reprobox.bisect.search import ThreadRunner, bisect, multisect
@@ -96,13 +97,14 @@ def release_bisect(
         raise BadInput("--verify must be 0 or more")
     if workers < 1:
         raise BadInput("--workers must be 1 or more")
+    target = pin_overrides(target, [name])  # every probe: the same commit of each source
     chosen = _range_releases(index.releases(package), package, good, bad)
     versions = [str(r.version) for r in chosen]
     yanked = [str(r.version) for r in chosen if r.yanked]
     header: dict[str, Any] = {
         "kind": "release", "repro": repro.name, "variant": target.variant,
         "package": name, "good": good, "bad": bad, "platform": platform,
-        "versions": versions,
+        "versions": versions, **target.header(),
     }  # fmt: skip
     path = log_path or default_log(target, header)
     sweep = sweep_command(repro.name, name, versions[0], versions[-1], target.variant)
@@ -153,6 +155,7 @@ def release_bisect(
             (f", {len(verified)} of them to verify" if verified else "")
             + (f"; {agreeing} verdict(s) on disk agree" if agreeing else "")
             + (f"; {unread}" if unread else "")
+            + target.note()
         )
         probed = len({p.item for p in prober.runs})
         summary.assumption = assumption(
@@ -171,7 +174,8 @@ def known_verdicts(
 ) -> tuple[list[tuple[str, Verdict, str]], str]:
     """Every verdict on disk about one release of `package` for this variant and platform:
     this log (beyond the probes `ours` of this session), the newest matrix records, earlier
-    bisects and sweeps. The second value says what could not be read ("" when all could)."""
+    bisects and sweeps, each with exactly the target's other overrides (and their commits).
+    The second value says what could not be read ("" when all could)."""
     repro, variant, platform = target.repro, target.variant, target.options.platform
     known: list[tuple[str, Verdict, str]] = [
         (e.item, v, "this log")
@@ -191,10 +195,8 @@ def known_verdicts(
         if record.verdict not in (Verdict.CLEAN.value, Verdict.REPRODUCED.value):
             continue
         packages = {str(canonicalize_name(k)): v for k, v in record.packages.items()}
-        version = packages.get(package) if set(packages) == {package} else None
-        if not packages:
-            version = default_pin
-        if version is not None:
+        version = packages.pop(package, None if packages or target.overrides else default_pin)
+        if version is not None and target.same_overrides(packages, record.commits):
             known.append((version, Verdict(record.verdict), f"record {record.dir}"))
     summaries, unreadable = read_summaries(own_dir.parent)
     if unreadable:
@@ -203,6 +205,8 @@ def known_verdicts(
         if earlier.id == own_dir.name or earlier.kind not in ("release", "sweep"):
             continue
         if (earlier.package, earlier.variant, earlier.platform) != (package, variant, platform):
+            continue
+        if not target.same_overrides(earlier.overrides, earlier.override_commits):
             continue
         for probe in earlier.probes:
             if (verdict := probe.outcome) is not None:

@@ -111,6 +111,9 @@ class BisectSummary(BaseModel):
     repro: str = ""
     variant: str = ""
     platform: str = "cpu"
+    # the other packages every probe ran at (`--with`), each source fixed to one commit
+    overrides: dict[str, str] = {}
+    override_commits: dict[str, str] = {}
     # release bisect and sweep
     package: str | None = None
     good: str | None = None

@@ -20,6 +20,8 @@ from reprobox.bisect.prober import (
     Probes,
     Target,
     default_log,
+    overrides_note,
+    pin_overrides,
     release_probes,
 )
 from reprobox.bisect.summary import BisectSummary, Event, ProbeEntry, write_summary
@@ -75,6 +77,7 @@ def sweep(
     name = canonicalize_name(package)
     if name not in repro.pinned_packages():
         raise BadInput(f"{package} is not a package that {repro.name} pins")
+    target = pin_overrides(target, [name])  # every probe: the same commit of each source
     releases = index.releases(package)
     chosen = select(releases, specifier, include_yanked=True)
     if not chosen:
@@ -87,7 +90,7 @@ def sweep(
     )
     header = {
         "kind": "sweep", "repro": repro.name, "variant": target.variant, "package": name,
-        "range": specifier, "platform": platform, "versions": versions,
+        "range": specifier, "platform": platform, "versions": versions, **target.header(),
     }  # fmt: skip
     path = log_path or default_log(target, header)
     with ProbeLog(path, header) as log:
@@ -122,6 +125,8 @@ def sweep(
             affected="; ".join(ranges),
             events=events,
             untested=untested,
+            overrides=dict(target.overrides),
+            override_commits=dict(target.commits),
         )
         summary.result = sweep_sentence(summary, len(ranges))
         summary = summary.counts(prober.runs, len(versions), time.monotonic() - started)
@@ -132,6 +137,7 @@ def sweep_sentence(summary: BisectSummary, stretches: int) -> str:
     """The line a sweep ends with: the affected ranges, or that nothing reproduces."""
     probed = len(summary.versions) - len(summary.untested)
     counts = f"{probed} of {len(summary.versions)} releases tested"
+    counts += overrides_note(summary.overrides, summary.override_commits)
     if summary.untested:
         counts += f"; untested: {', '.join(summary.untested)}"
     if not summary.affected:

@@ -230,6 +230,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --commits: walk the first-parent history only (default true: a merged "
         "pull request is one step); false descends into a merge to the commit inside it",
     )
+    _source_arguments(bisect)
     _workers_argument(bisect, "probes")
     _backend_arguments(bisect)
     bisect.set_defaults(handler=cmd_bisect)
@@ -253,6 +254,7 @@ def _parser() -> argparse.ArgumentParser:
         "--platform", default="cpu", choices=["cpu", "gpu"], help="where to run (default: cpu)"
     )
     sweep.add_argument("--timeout", type=float, help="seconds per probe")
+    _source_arguments(sweep)
     _workers_argument(sweep, "probes")
     _backend_arguments(sweep)
     sweep.set_defaults(handler=cmd_sweep)
@@ -541,8 +543,32 @@ def cmd_verdict(args: argparse.Namespace) -> int:
     return record.exit_code if record.exit_code in interrupts else VERDICT_STOP
 
 
+def _source_arguments(parser: argparse.ArgumentParser) -> None:
+    """--with / --with-editable of a bisect or sweep: other packages every probe runs at."""
+    parser.add_argument(
+        "--with",
+        dest="packages",
+        action="append",
+        default=[],
+        metavar="PKG==VERSION",
+        help="run every probe with another package at a version, or at a git ref: "
+        "PKG@git+URL@REF (resolved to one commit when the bisect starts, named in the "
+        "summary) (repeatable; not the package searched)",
+    )
+    parser.add_argument(
+        "--with-editable",
+        dest="editables",
+        action="append",
+        default=[],
+        metavar="PKG=PATH",
+        help="run every probe with a package built from a checkout as it is now (a change "
+        "to it mid-bisect stops the bisect) (repeatable)",
+    )
+
+
 def _bisect_target(args: argparse.Namespace) -> tuple[Target, spec.BisectSection | None]:
-    """The repro and variant every probe runs, from the flags or [bisect]."""
+    """The repro and variant every probe runs, from the flags or [bisect], and the other
+    packages every probe runs at (--with, --with-editable)."""
     from reprobox.bisect.prober import Target  # bisects only: a run need not import it
 
     settings = _settings(args)
@@ -552,7 +578,9 @@ def _bisect_target(args: argparse.Namespace) -> tuple[Target, spec.BisectSection
     if variant is None:
         raise BadInput(f"--variant is needed: {repro.name} has no [bisect] variant")
     repro.variant(variant)
-    return Target(repro, variant, _options(args), settings, _backend(args)), defaults
+    overrides = _overrides(args)
+    target = Target(repro, variant, _options(args), settings, _backend(args), overrides=overrides)
+    return target, defaults
 
 
 def _boolean(text: str) -> bool:
@@ -572,6 +600,11 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         raise BadInput("--confirm must be 0 or more")
     if not args.commits and (args.repo or args.tag_format or args.first_parent is not True):
         raise BadInput("--repo, --tag-format and --first-parent go with --commits")
+    if args.commits and target.overrides:
+        raise BadInput(
+            "--with and --with-editable go with release and date bisects and sweeps; a commit "
+            "bisect builds every other package from the repro's pins"
+        )
     if args.workers > 1 and (args.commits or args.by_date):
         ui.info("reprobox: --workers applies to release bisects; this one probes one at a time")
     with ui.BisectProgress(target.repro.name) as progress:
