@@ -107,3 +107,34 @@ def test_image_tags_follow_the_lock(root: Path) -> None:
     assert again.tag == broken.tag  # stable
     gpu = images.image_spec(root, repro, "broken", "gpu", _lock(repro, "broken", "gpu"))
     assert gpu.tag != broken.tag and gpu.lock.name == "broken.gpu.txt"
+
+
+def test_a_lock_naming_a_built_wheel_is_installed_from_the_build_context(
+    root: Path, tmp_path: Path
+) -> None:
+    """A wheel built from a git commit or a checkout lives in the host's cache: the image's
+    lock names it where the build sees the context's wheels/ (hash unchanged), and the commit
+    is part of the tag."""
+    repro = spec.load(root, "lm_head")
+    wheel = tmp_path / "cache" / "git-wheels" / ("a" * 40) / "pkg-0.1.0-py3-none-any.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.write_bytes(b"not really a wheel")
+    committed = _lock(repro, "broken", "cpu").read_text()
+    lock = tmp_path / "cache" / "locks" / "0123.txt"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(
+        committed + f"#   pkg @ {wheel.as_uri()}\npkg @ {wheel.as_uri()} \\\n"
+        "    --hash=sha256:" + "0" * 64 + "\n"
+    )
+    plain = images.image_spec(root, repro, "broken", "cpu", _lock(repro, "broken", "cpu"))
+    assert plain.lock == _lock(repro, "broken", "cpu") and plain.wheels == ()
+    built = images.image_spec(root, repro, "broken", "cpu", lock, {"pkg": "a" * 40})
+    assert built.wheels == (wheel,) and built.commits == (("pkg", "a" * 40),)
+    text = built.lock.read_text()
+    assert built.lock != lock and str(tmp_path) not in text
+    assert "pkg @ file:///tmp/wheels/pkg-0.1.0-py3-none-any.whl \\\n    --hash=sha256:0" in text
+    other = images.image_spec(root, repro, "broken", "cpu", lock, {"pkg": "b" * 40})
+    assert other.tag != built.tag != plain.tag
+    wheel.unlink()
+    with pytest.raises(EnvError, match="the wheel it names is gone"):
+        images.image_spec(root, repro, "broken", "cpu", lock)

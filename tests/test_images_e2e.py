@@ -9,13 +9,15 @@ tests out knowingly; without it they fail rather than skip silently.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from gitrepo_fixture import PACKAGE, FlagRepo, make_repo
 
-from conftest import ROOT, newest_records, reprobox
+from conftest import FIXTURES, ROOT, newest_records, reprobox
 from reprobox.core import spec
 from reprobox.core.errors import EnvError, ExitCode
 from reprobox.run.backends import container as images
@@ -131,4 +133,73 @@ def test_kl_image_reaches_the_venv_verdicts(
         assert in_image[variant]["metrics"]["max_abs_logp_diff"] == pytest.approx(
             in_venv[variant]["metrics"]["max_abs_logp_diff"], abs=1e-6
         )
+    assert _containers(engine) == []
+
+
+@pytest.fixture
+def flag_image_root(scratch_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A checkout holding the flagpkg fixture repro and its image recipe (one plain process,
+    one tiny wheel: the lightest image there is)."""
+    from reprobox.run.dockerfile import render
+
+    shutil.copytree(FIXTURES / "repros" / "flagpkg", scratch_root / "repros" / "flagpkg")
+    images_dir = scratch_root / "images"
+    (images_dir / "flagpkg").mkdir(parents=True)
+    shutil.copy(ROOT / "images" / "install-lock.sh", images_dir / "install-lock.sh")
+    repro = spec.load(scratch_root, "flagpkg")
+    (images_dir / "flagpkg" / "Dockerfile").write_text(render(repro))
+    monkeypatch.setenv("REPROBOX_CACHE", str(tmp_path / "cache"))
+    return scratch_root
+
+
+def _label(engine: images.Engine, tag: str, label: str) -> str:
+    proc = subprocess.run(
+        [engine.name, "image", "inspect", "--format", f'{{{{index .Config.Labels "{label}"}}}}',
+         tag], capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return proc.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def flagrepo(tmp_path_factory: pytest.TempPathFactory) -> FlagRepo:
+    return make_repo(tmp_path_factory.mktemp("git") / "flagpkg")
+
+
+def test_an_image_at_a_git_ref_holds_exactly_that_commit(
+    engine: images.Engine, flag_image_root: Path, flagrepo: FlagRepo
+) -> None:
+    sha = flagrepo.shas["feature3"]  # refs/pull/15/head: BROKEN on
+    source = f"{PACKAGE}@git+{flagrepo.url}@refs/pull/15/head"
+    done = reprobox("image", "flagpkg", "--variant", "broken", "--run", "--with", source,
+                    *_image_args(), timeout=1800)  # fmt: skip
+    assert done.returncode == 0, done.stderr  # broken expects reproduced, and it is
+    [record] = newest_records(flag_image_root / "results", "flagpkg").values()
+    assert record["verdict"] == "reproduced" and record["commits"] == {PACKAGE: sha}
+    assert record["runner"].startswith(engine.name)
+    tag = record["runner"].split()[-1]
+    assert _label(engine, tag, images.COMMITS_LABEL) == f"{PACKAGE}={sha}"
+    # the image's lock names the wheel inside the build, never a path of this host
+    lock = Path(record["lock"])
+    image_lock = lock.with_name(lock.stem + ".image.txt").read_text()
+    assert "file:///tmp/wheels/" in image_lock and str(flag_image_root.parent) not in image_lock
+    assert _containers(engine) == []
+
+
+def test_an_image_with_a_checkout_holds_it_as_it_is_now(
+    engine: images.Engine, flag_image_root: Path, flagrepo: FlagRepo, tmp_path: Path
+) -> None:
+    checkout = tmp_path / "work"
+    subprocess.run(["git", "clone", "-q", str(flagrepo.path), str(checkout)], check=True)
+    subprocess.run(["git", "checkout", "-q", flagrepo.shas["docs"]], cwd=checkout, check=True)
+    (checkout / "flagpkg" / "_broken.py").write_text("BROKEN = True\n")  # not committed
+    done = reprobox("image", "flagpkg", "--variant", "broken", "--run",
+                    "--with-editable", f"{PACKAGE}={checkout}", *_image_args(),
+                    timeout=1800)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [record] = newest_records(flag_image_root / "results", "flagpkg").values()
+    state = record["commits"][PACKAGE]
+    assert state.startswith(f"{flagrepo.shas['docs']}+dirty.")
+    assert record["verdict"] == "reproduced"
+    tag = record["runner"].split()[-1]
+    assert _label(engine, tag, images.COMMITS_LABEL) == f"{PACKAGE}={state}"
     assert _containers(engine) == []

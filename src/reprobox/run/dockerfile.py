@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reprobox.core.spec import Repro
-from reprobox.run.layout import IMAGE_USER, IN_IMAGE, OUT
+from reprobox.run.layout import BUILD_WHEELS, IMAGE_USER, IN_IMAGE, OUT
 
 HEADER = """\
 # GENERATED from repros/{name}/repro.toml by `nox -s lock` - edit [image] there, or the template
@@ -33,7 +33,7 @@ FROM ${{{base_arg}}} AS {target}
 {system}ARG LOCK_SHA256=unset
 ARG INSTALL_ENV="{install_env}" NO_BUILD_ISOLATION="{no_build_isolation}"
 COPY lock.txt install-lock.sh /opt/reprobox/
-RUN --mount=type=bind,source=wheels,target=/tmp/wheels \\
+RUN --mount=type=bind,source=wheels,target={build_wheels} \\
     --mount=type=bind,source=tools,target=/tmp/tools \\
     --mount=type=secret,id=ca,target=/run/secrets/ca \\
     sh /opt/reprobox/install-lock.sh
@@ -67,7 +67,7 @@ def render(repro: Repro) -> str:
     )
     fields = {"name": repro.name, "title": repro.spec.repro.title, "variant": variant}
     paths = {"uid": IMAGE_USER, "repro_dir": IN_IMAGE["repro"], "fixes_dir": IN_IMAGE["fixes"],
-             "venv": IN_IMAGE["venv"], "out": OUT}  # fmt: skip
+             "venv": IN_IMAGE["venv"], "out": OUT, "build_wheels": BUILD_WHEELS}  # fmt: skip
     text = HEADER.format(**fields, base=image.base, gpu_base=image.gpu_base)
     cpu_packages = image.system_packages
     # CUDA images carry no Python: add the distro's (3.10 on Ubuntu 22.04).

@@ -14,6 +14,9 @@ IN_IMAGE = {"venv": Path("/opt/venv"), "repro": Path("/opt/repro"), "fixes": Pat
 OUT = Path("/out")  # the result and logs of the (lead) case
 CACHE = Path("/cache")  # what the script builds (a tiny model, JIT ops), kept across runs
 IMAGE_PORT = 29500  # a container has its own network namespace: the default port is free
+# Where an image build sees the context's wheels/ folder (a bind mount of the install step):
+# wheels no index serves, and those the harness built from a git commit or a checkout.
+BUILD_WHEELS = Path("/tmp/wheels")
 
 
 def case_out(index: int) -> Path:

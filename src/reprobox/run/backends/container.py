@@ -22,13 +22,17 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from reprobox.core.cells import Cell, make_cell, script_args
 from reprobox.core.errors import BadInput, EngineError, EnvError, ExitCode
+from reprobox.core.files import atomic_write
 from reprobox.core.judge import Launched
 from reprobox.core.protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV
 from reprobox.core.settings import Settings
@@ -40,14 +44,15 @@ from reprobox.run.backend import PLAN_FILE, RESULT_FILE, LaunchRequest, Prepared
 from reprobox.run.dockerfile import install_env_arg
 from reprobox.run.exits import last_error, launcher_exits
 from reprobox.run.launcher import collect_rank_logs
-from reprobox.run.layout import CACHE, IN_IMAGE, OUT, case_out, container_argv
-from reprobox.run.pipeline import plan_text
+from reprobox.run.layout import BUILD_WHEELS, CACHE, IN_IMAGE, OUT, case_out, container_argv
+from reprobox.run.pipeline import plan_text, resolve_sources
 
 BUILD_TIMEOUT_S = 3600
 PUSH_TIMEOUT_S = 3600
 SHM_GIB = 1  # /dev/shm of a run: NCCL, gloo and dataloaders need more than the 64 MiB default
 MEMORY_PER_PROCESS_GIB = 4  # a run's memory bound by default: per rank, plus /dev/shm
 PIDS_LIMIT = 4096  # processes and threads of one run (torch starts many threads per rank)
+COMMITS_LABEL = "org.reprobox.commits"  # `name=sha ...`: the commits of built wheels
 
 
 def default_memory(processes: int) -> str:
@@ -134,28 +139,81 @@ class ImageSpec:
     repro: Repro
     variant: str
     platform: str
-    lock: Path
+    lock: Path  # what the image installs (`image_lock`: built wheels at their in-build path)
     dockerfile: Path
     tag: str
+    wheels: tuple[Path, ...] = ()  # wheels the harness built (git commits, checkouts)
+    commits: tuple[tuple[str, str], ...] = ()  # (package, the commit its wheel holds)
 
     @property
     def lock_sha256(self) -> str:
         return hashlib.sha256(self.lock.read_bytes()).hexdigest()
 
 
-def image_spec(root: Path, repro: Repro, variant: str, platform: str, lock: Path) -> ImageSpec:
-    """The image of a variant at `lock`: tagged by the hash of everything that goes in."""
+def image_spec(
+    root: Path,
+    repro: Repro,
+    variant: str,
+    platform: str,
+    lock: Path,
+    commits: Mapping[str, str] | None = None,
+) -> ImageSpec:
+    """The image of a variant at `lock`: tagged by the hash of everything that goes in. A
+    lock naming wheels the harness built (`--with NAME@git+URL@REF`, `--with-editable`) is
+    installed as `image_lock` rewrites it, those wheels copied into the build context, so
+    the image holds exactly those commits (`commits`, in its tag and labels)."""
     dockerfile = root / "images" / repro.name / "Dockerfile"
     if not dockerfile.is_file():
         raise BadInput(f"{repro.name} has no image: images/{repro.name}/Dockerfile is missing")
     if variant not in repro.variants_on(platform):
         raise BadInput(f"variant {variant!r} of {repro.name} does not apply on {platform}")
+    lock, wheels = image_lock(lock)
+    ran = tuple(sorted((commits or {}).items()))
     digest = hashlib.sha256()
     for path in [lock, dockerfile, root / "images" / "install-lock.sh", *_tree(repro.dir),
                  *_tree(repro.fixes_dir)]:  # fmt: skip
         digest.update(str(path.name).encode() + path.read_bytes())
+    if ran:  # (absent otherwise: the tags of every other image stay as they were)
+        digest.update(json.dumps(ran).encode())
     tag = f"localhost/reprobox/{repro.name}:{variant}-{platform}-{digest.hexdigest()[:12]}"
-    return ImageSpec(repro, variant, platform, lock, dockerfile, tag)
+    return ImageSpec(repro, variant, platform, lock, dockerfile, tag, wheels, ran)
+
+
+def image_lock(lock: Path) -> tuple[Path, tuple[Path, ...]]:
+    """(the lock an image installs, the host wheels it needs in the build context).
+
+    A lock entry `name @ file:///<cache>/...whl` names a wheel the container cannot see; the
+    image's lock names it at BUILD_WHEELS (the context's wheels/ folder), hash unchanged, so
+    the install checks the very bytes built here. A lock without one is used as it is; the
+    rewritten one is kept beside it (written only when it changes: builders cache by
+    mtime)."""
+    text = lock.read_text()
+    wheels: list[Path] = []
+    rewritten = text
+    for url in dict.fromkeys(filter(None, map(_wheel_url, text.splitlines()))):
+        wheel = Path(unquote(urlparse(url).path))
+        if not wheel.is_file():
+            raise EnvError(f"{lock}: the wheel it names is gone ({wheel}); run it again")
+        wheels.append(wheel)
+        rewritten = rewritten.replace(url, (BUILD_WHEELS / wheel.name).as_uri())  # comments too
+    if not wheels:
+        return lock, ()
+    dest = lock.with_name(lock.stem + ".image.txt")
+    if not dest.is_file() or dest.read_text() != rewritten:
+        atomic_write(dest, rewritten)
+    return dest, tuple(wheels)
+
+
+def _wheel_url(line: str) -> str | None:
+    """The `file://` wheel URL a lock entry names, if it names one."""
+    if not line.strip() or line[0] in " #-":
+        return None
+    try:
+        requirement = Requirement(line.strip().rstrip("\\").strip())
+    except InvalidRequirement:
+        return None
+    url = requirement.url or ""
+    return url if url.startswith("file://") and url.endswith(".whl") else None
 
 
 def _tree(directory: Path) -> list[Path]:
@@ -191,6 +249,9 @@ def build(
         versions = " ".join(spec.repro.requirements(spec.variant, spec.platform))
         cmd = [engine.name, "build", "--target", spec.platform, "-f", str(spec.dockerfile),
                "-t", spec.tag, "--label", f"org.reprobox.versions={versions}"]  # fmt: skip
+        if spec.commits:  # which commit each built wheel holds, as the record says it
+            commits = " ".join(f"{name}={sha}" for name, sha in spec.commits)
+            cmd += ["--label", f"{COMMITS_LABEL}={commits}"]
         args = {
             "INSTALL_ENV": install_env_arg(spec.repro, spec.platform),
             "NO_BUILD_ISOLATION": " ".join(spec.repro.spec.env.no_build_isolation),
@@ -308,6 +369,8 @@ def _context(directory: Path, spec: ImageSpec, wheel_folders: tuple[str, ...]) -
     (directory / "wheels").mkdir()
     (directory / "tools").mkdir()
     _link(Path(uv.uv_bin()), directory / "tools" / "uv")
+    for wheel in spec.wheels:  # built from a git commit or a checkout, on any platform
+        _link(wheel, directory / "wheels" / wheel.name)
     pinned = venvs.lock_pins(spec.lock.read_text())
     for folder in wheel_folders if spec.platform == "cpu" else ():
         for wheel in Path(folder).glob("*.whl"):
@@ -383,7 +446,8 @@ class ContainerBackend:
         self.built: list[tuple[str, bool, float]] = []  # (tag, built now, seconds)
 
     def prepare(self, repro: Repro, cell: Cell, lock: Path) -> Prepared:
-        spec = image_spec(self.settings.root, repro, cell.variant, cell.platform, lock)
+        _, commits = resolve_sources(dict(cell.packages), self.settings)  # resolved already
+        spec = image_spec(self.settings.root, repro, cell.variant, cell.platform, lock, commits)
         logs = self.settings.results / repro.name / "_images" / spec.tag.rsplit(":", 1)[-1]
         started = time.monotonic()
         built = build(
