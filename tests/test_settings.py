@@ -36,6 +36,17 @@ def test_defaults_follow_the_checkout_and_the_cache_home(tmp_path: Path) -> None
     assert not settings.ci and settings.script_cache is None
 
 
+def test_the_host_torch_settings_are_read_once_here() -> None:
+    """REPROBOX_TORCH_SOURCE=host takes torch from REPROBOX_HOST_PYTHON (default python3)."""
+    assert Settings.from_env({}).host_python == "python3"
+    host = Settings.from_env(
+        {"REPROBOX_TORCH_SOURCE": "host", "REPROBOX_HOST_PYTHON": "/cluster/bin/python"}
+    )
+    assert (host.torch_source, host.host_python) == ("host", "/cluster/bin/python")
+    with pytest.raises(BadInput, match="expected one of cpu, pypi, host"):
+        Settings.from_env({"REPROBOX_TORCH_SOURCE": "system"})
+
+
 @pytest.mark.parametrize("name", ["REPROBOX_RESULTS", "REPROBOX_CACHE", "REPRO_CACHE"])
 def test_a_relative_folder_is_refused(name: str) -> None:
     with pytest.raises(BadInput, match=f"{name}='results' must be an absolute path"):

@@ -89,8 +89,12 @@ def test_settings_read_the_source(no_torch_source: Path, monkeypatch: pytest.Mon
     )
     monkeypatch.setenv("REPROBOX_TORCH_SOURCE", "pypi")
     assert _source().flavour == "pypi"
+    monkeypatch.setenv("REPROBOX_TORCH_SOURCE", "host")
+    assert _source().flavour == "host" and _source().uv_args() == []  # no torch from an index
+    assert _source().describe() == "host (REPROBOX_HOST_PYTHON's own torch)"
     monkeypatch.setenv("REPROBOX_TORCH_SOURCE", "cuda")
-    with pytest.raises(BadInput, match="REPROBOX_TORCH_SOURCE='cuda': expected one of cpu, pypi"):
+    expected = "REPROBOX_TORCH_SOURCE='cuda': expected one of cpu, pypi, host"
+    with pytest.raises(BadInput, match=expected):
         _source()
 
 

@@ -58,6 +58,8 @@ class Record(BaseModel):
     platform: str = "cpu"
     runner: str = "venv"  # venv, or the container engine that ran the image
     torch_source: str = ""  # where torch came from (an index, local folders, the default)
+    # REPROBOX_TORCH_SOURCE=host: the host's torch (version, cuda, path, python, ...)
+    host_torch: dict[str, str] = {}
     env_names: list[str] = []  # the variables the launched processes got (names, no values)
     started_at: str = ""
     dir: str = ""

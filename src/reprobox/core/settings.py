@@ -39,7 +39,10 @@ class Settings:
     ca_bundle: Path | None = None  # REPROBOX_CA_BUNDLE: extra CA for image builds
     ci: bool = False  # CI: plain output, no live progress
     torch_index: str | None = None  # REPROBOX_TORCH_INDEX: a simple index serving CPU torch
-    torch_source: str = "cpu"  # REPROBOX_TORCH_SOURCE: cpu (the CPU build) | pypi (default's)
+    # REPROBOX_TORCH_SOURCE: cpu (the CPU build) | pypi (the default index's) | host (the
+    # torch of REPROBOX_HOST_PYTHON, a cluster's own CUDA build: envs/torch_source.py)
+    torch_source: str = "cpu"
+    host_python: str = "python3"  # REPROBOX_HOST_PYTHON: the interpreter with the host's torch
     script_cache: Path | None = None  # REPRO_CACHE: what scripts build (default: under cache)
     # uv's own settings that can serve torch (uv reads them itself; named in records/errors)
     uv_settings: tuple[tuple[str, str], ...] = ()
@@ -68,7 +71,8 @@ class Settings:
             script_cache=_absolute(env, "REPRO_CACHE"),
             uv_settings=tuple((name, env[name]) for name in UV_SETTINGS if env.get(name)),
             torch_index=env.get("REPROBOX_TORCH_INDEX") or None,
-            torch_source=_choice(env, "REPROBOX_TORCH_SOURCE", ("cpu", "pypi")),
+            torch_source=_choice(env, "REPROBOX_TORCH_SOURCE", ("cpu", "pypi", "host")),
+            host_python=env.get("REPROBOX_HOST_PYTHON") or "python3",
             wheelhouse=_absolute(env, "REPROBOX_WHEELHOUSE"),
         )
 

@@ -157,6 +157,14 @@ class PlatformSection(_Section):
     # the script's collectives run over gloo, `backend = "gloo"`).
     ranks_per_gpu: int = Field(default=1, ge=1, le=MAX_PROCESSES, strict=True)
     backend: Literal["nccl", "gloo"] = "nccl"
+    # The host torch versions the repro accepts where torch comes from the host
+    # (REPROBOX_TORCH_SOURCE=host): a version range such as ">=2.1" (a packaging SpecifierSet).
+    host_torch: str | None = None
+
+    @property
+    def host_torch_range(self) -> SpecifierSet | None:
+        """`host_torch` parsed (validated at load, so it parses)."""
+        return SpecifierSet(self.host_torch) if self.host_torch is not None else None
 
 
 class ImageSection(_Section):
@@ -419,6 +427,16 @@ def _check_semantics(repro: Repro, shown: str) -> None:
                 f"platforms.{name}.ranks_per_gpu",
                 'NCCL refuses two ranks on one GPU; set backend = "gloo" to share GPUs',
             )
+        if platform.host_torch is not None:
+            try:
+                if not platform.host_torch.strip():  # "" would accept any torch, silently
+                    raise InvalidSpecifier(platform.host_torch)
+                SpecifierSet(platform.host_torch)
+            except InvalidSpecifier:
+                fail(
+                    f"platforms.{name}.host_torch",
+                    f'{platform.host_torch!r} is not a version range (e.g. ">=2.1")',
+                )
     _check_launch(repro, spec.launch, "launch", fail)
 
     for name, variant in spec.variants.items():

@@ -44,7 +44,8 @@ class LockRequest:
     # (package, date): resolve these packages as of an earlier date (date bisection)
     exclude_newer_packages: tuple[tuple[str, str], ...] = ()
     # cpu: a CPU lock pins the CPU build of torch | pypi: the default index's build (the
-    # fallback flavour; cached, never committed). Not part of a GPU lock.
+    # fallback flavour; cached, never committed). Not part of a GPU lock. The host flavour
+    # (REPROBOX_TORCH_SOURCE=host) is no resolution: it is derived from a lock (`host_lock`).
     torch_source: str = "cpu"
 
     @property
@@ -160,10 +161,81 @@ def compile_lock(request: LockRequest, dest: Path, settings: Settings) -> Path:
 
 def for_torch_source(request: LockRequest, flavour: str) -> LockRequest:
     """`request` in the torch flavour asked for (REPROBOX_TORCH_SOURCE): a CPU lock becomes
-    its pypi flavour; a GPU lock stays as it is."""
+    its pypi flavour; a GPU lock stays as it is. The host flavour resolves as pypi (a host
+    with its own torch need not reach a CPU-torch index: torch is dropped afterwards, by
+    `host_lock`)."""
+    flavour = "pypi" if flavour == "host" else flavour
     if request.platform != "cpu" or request.torch_source == flavour:
         return request
     return dataclasses.replace(request, torch_source=flavour)
+
+
+# ---- the host flavour: a lock without torch (REPROBOX_TORCH_SOURCE=host) --------------------
+
+# What the host's torch brings itself: torch, its compiler and every CUDA runtime wheel it
+# requires (torch < 2.9: nvidia-*-cu12; 2.9 and later: nvidia-*-cu13 / unsuffixed, and the
+# cuda-toolkit, cuda-bindings and cuda-pathfinder wheels). Two torches' CUDA libraries side
+# by side would be loaded by whichever comes first on the path.
+HOST_PROVIDED = frozenset(
+    {"torch", "triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu"}
+    | {"cuda-toolkit", "cuda-bindings", "cuda-pathfinder", "cuda-python"}
+)
+# nvidia-* that are no part of torch: a library's own dependency (DeepSpeed's NVML binding).
+NOT_HOST_PROVIDED = frozenset({"nvidia-ml-py", "nvidia-ml-py3"})
+HOST_FLAVOUR = "host"
+
+
+def host_provided(name: str) -> bool:
+    """Whether the host's torch brings distribution `name` (so the host flavour drops it)."""
+    key = canonicalize_name(name)
+    if key in NOT_HOST_PROVIDED:
+        return False
+    return key in HOST_PROVIDED or key.startswith("nvidia-")
+
+
+def without_host_torch(text: str) -> tuple[str, list[str]]:
+    """A lock's text without the entries the host's torch provides (an entry is its line and
+    the indented hash and `# via` lines under it), and the names dropped."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    skipping = False
+    for line in text.splitlines(keepends=True):
+        if line[:1] not in ("", " ", "\t", "#", "\n"):
+            name = re.split(r"[=<>!~ ;@\[]", line, maxsplit=1)[0]
+            skipping = host_provided(name)
+            if skipping:
+                dropped.append(str(canonicalize_name(name)))
+        if not skipping:
+            kept.append(line)
+    return "".join(kept), dropped
+
+
+def host_lock(lock: Path, settings: Settings) -> Path:
+    """The host flavour of `lock` (committed or cached): its entries minus torch and the CUDA
+    runtime wheels (`host_provided`), derived with no resolution (offline), headed and
+    body-hashed like every lock and cached under its own input hash (so its environment's
+    key differs from the pinned one's). A base lock that fails its own body hash is refused
+    first (`check_body`)."""
+    check_body(lock)
+    first, _, base_body = lock.read_text().partition("\n")
+    base = _HEADER.fullmatch(first.rstrip("\n"))
+    assert base is not None  # check_body passed
+    inputs = {"base": base["input"], "base_body": base["body"], "torch_source": HOST_FLAVOUR}
+    input_hash = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+    dest = settings.cache / "locks" / f"{input_hash}.txt"
+    header = _header(dest)
+    if header is None or header["input"] != input_hash or body_problem(dest) is not None:
+        kept, dropped = without_host_torch(base_body)
+        body = (
+            f"# host flavour (REPROBOX_TORCH_SOURCE=host) of {lock.name}: without "
+            f"{', '.join(dropped) or 'nothing'} (the host's torch brings them)\n" + kept
+        ).encode()
+        body += b"" if body.endswith(b"\n") else b"\n"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(dest) + ".lock"):
+            atomic_write(dest, header_line(input_hash, body) + "\n" + body.decode())
+    check_body(dest)
+    return dest
 
 
 def _check_cpu_torch(lock_text: str, source: torch_source.TorchSource) -> None:

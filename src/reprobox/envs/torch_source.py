@@ -15,20 +15,29 @@ never written into the repo:
 Where none can serve it, `REPROBOX_TORCH_SOURCE=pypi` takes the
 default index's build instead (the CUDA build, which runs on CPU): a lock flavour resolved
 into the cache, never committed (see `locks.LockRequest.torch_source`).
+
+`REPROBOX_TORCH_SOURCE=host` takes no torch from any index: GPU clusters (NGC-style images,
+site installs) bring their own CUDA build, found with `REPROBOX_HOST_PYTHON` (default
+`python3` on PATH) and probed here (`probe_host`); the venv is made with that interpreter and
+sees that torch (`venvs`), and the lock is installed without torch and its CUDA runtime
+wheels (`locks.host_lock`).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from reprobox.core.errors import EnvError
 from reprobox.core.settings import Settings
 
 PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -93,7 +102,8 @@ def pinned_torch(lock_text: str) -> Version | None:
 class TorchSource:
     """The torch sources of this process: what uv is given, and how to say so."""
 
-    flavour: str = "cpu"  # cpu: the CPU build, from the sources below | pypi: the default's
+    # cpu: the CPU build, from the sources below | pypi: the default's | host: the host's own
+    flavour: str = "cpu"
     folders: tuple[str, ...] = ()  # local wheel folders (find-links)
     index: str | None = None  # REPROBOX_TORCH_INDEX, a simple index's root
     uv_settings: tuple[tuple[str, str], ...] = ()  # (name, value) of UV_* set in the env
@@ -104,8 +114,8 @@ class TorchSource:
         return f"{self.index.rstrip('/')}/torch/" if self.index else None
 
     def uv_args(self) -> list[str]:
-        """Arguments for every uv compile and install (the pypi flavour adds none)."""
-        if self.flavour == "pypi":
+        """Arguments for every uv compile and install (the pypi and host flavours add none)."""
+        if self.flavour in ("pypi", "host"):
             return []
         pages = [*self.folders, *([self.index_page] if self.index_page else [])]
         return [arg for page in pages for arg in ("--find-links", page)]
@@ -119,6 +129,8 @@ class TorchSource:
         """What was used, short and without local paths (records are shared upstream)."""
         if self.flavour == "pypi":
             return "pypi (the default index's torch build)"
+        if self.flavour == "host":
+            return "host (REPROBOX_HOST_PYTHON's own torch)"
         parts = []
         if self.index:
             parts.append(f"index {self.index}")
@@ -151,4 +163,113 @@ def from_settings(settings: Settings) -> TorchSource:
         folders=find_links(settings),
         index=settings.torch_index,
         uv_settings=settings.uv_settings,
+    )
+
+
+# ---- the host's torch (REPROBOX_TORCH_SOURCE=host) ------------------------------------------
+
+# Run by the host interpreter: what it is, and the torch it imports (a real import: a torch
+# that does not import is found here, not as a traceback in every rank).
+_PROBE = """
+import json, sys
+out = {"python": "%d.%d" % sys.version_info[:2], "executable": sys.executable}
+try:
+    import torch
+    out.update(version=str(torch.__version__), cuda=torch.version.cuda, file=torch.__file__)
+except BaseException as exc:
+    out["error"] = "%s: %s" % (type(exc).__name__, exc)
+try:
+    import importlib.metadata as md
+    eps = md.distribution("torch").entry_points
+    out["scripts"] = [[e.name, e.value] for e in eps if e.group == "console_scripts"]
+except Exception:
+    out["scripts"] = []
+print("REPROBOX-HOST " + json.dumps(out))
+"""
+PROBE_TIMEOUT = 300.0  # importing a CUDA torch from a network file system can take a while
+
+
+@dataclass(frozen=True)
+class HostTorch:
+    """The host's torch as its interpreter imports it: what a host venv is made from."""
+
+    python: str  # the interpreter (an absolute path; a host venv is made with it)
+    python_version: str  # its X.Y
+    version: str  # torch.__version__
+    cuda: str | None  # torch.version.cuda (None: a CPU or ROCm build)
+    site: str  # the folder holding the `torch` package (what the host venv's .pth names)
+    # torch's commands (name, "module:function"), which live in the host's bin, not the venv's
+    scripts: tuple[tuple[str, str], ...] = (("torchrun", "torch.distributed.run:main"),)
+
+    @property
+    def identity(self) -> dict[str, str]:
+        """What a host venv was built against; a change means the venv no longer matches."""
+        return {"python": self.python, "version": self.version, "site": self.site}
+
+    def record(self, lock_python: str) -> dict[str, str]:
+        """The record's `host_torch`: version, CUDA, where it lives, and the interpreter
+        (with the lock's python where the two differ: allowed, but worth a word)."""
+        fields = {
+            "version": self.version,
+            "cuda": self.cuda or "none",
+            "path": self.site,
+            "python": self.python,
+            "python_version": self.python_version,
+        }
+        if self.python_version != lock_python:
+            fields["lock_python"] = lock_python
+        return fields
+
+    def describe(self, lock_python: str | None = None) -> str:
+        """One line for the record's torch_source and the report, without local paths."""
+        cuda = f"CUDA {self.cuda}" if self.cuda else "no CUDA"
+        line = f"host: torch {self.version} ({cuda}), python {self.python_version}"
+        if lock_python and lock_python != self.python_version:
+            line += f" (the lock's python is {lock_python})"
+        return line
+
+
+@functools.cache
+def probe_host(python: str) -> HostTorch:
+    """The host's torch, as `python` (REPROBOX_HOST_PYTHON: a name on PATH or a path) imports
+    it; once per process. An interpreter that is not there or does not run, or that has no
+    torch (or one that fails to import), is an environment error (exit 3)."""
+    what = f"REPROBOX_HOST_PYTHON={python}"
+    found = shutil.which(python) if "/" not in python else python
+    if found is None or not Path(found).exists():
+        raise EnvError(f"{what}: no such interpreter (not a file, nor a command on PATH)")
+    with tempfile.TemporaryDirectory() as cwd:  # a `torch/` folder where we are shadows none
+        try:
+            proc = subprocess.run(
+                [found, "-c", _PROBE],
+                capture_output=True,
+                text=True,
+                timeout=PROBE_TIMEOUT,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            raise EnvError(f"{what}: importing torch took over {PROBE_TIMEOUT:g} s") from None
+        except OSError as exc:
+            raise EnvError(f"{what} does not run: {exc.strerror or exc}") from None
+    said = [line for line in proc.stdout.splitlines() if line.startswith("REPROBOX-HOST ")]
+    if proc.returncode != 0 or not said:
+        last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise EnvError(f"{what} does not run as a python: {last}")
+    info = json.loads(said[-1].split(" ", 1)[1])
+    if "error" in info:
+        raise EnvError(
+            f"{what} (python {info['python']}) has no usable torch: {info['error']}; "
+            "name an interpreter that imports torch, or unset REPROBOX_TORCH_SOURCE"
+        )
+    torch_init = Path(info["file"])
+    scripts = {name: value for name, value in info.get("scripts") or []}
+    scripts.setdefault("torchrun", "torch.distributed.run:main")  # a site build may list none
+    return HostTorch(
+        python=info["executable"] or found,
+        python_version=info["python"],
+        version=info["version"],
+        cuda=info["cuda"],
+        site=str(torch_init.parent.parent),
+        scripts=tuple(sorted(scripts.items())),
     )

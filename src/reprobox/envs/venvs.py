@@ -3,6 +3,14 @@
 Two variants, matrix cells or bisect probes with the same lock share one venv, and uv's
 cache makes a new one cheap (and a rebuilt one: a ready venv that no longer matches its
 lock is rebuilt).
+
+With the host's torch (REPROBOX_TORCH_SOURCE=host) the venv is made with the host's
+interpreter and installs the lock's host flavour (no torch, no CUDA wheels); a `.pth` file
+in its site-packages names the folder holding the host's torch. A `.pth` line is appended to
+`sys.path` after the venv's own site-packages, so the lock's pins win over the host's copies
+of the same packages; and it works alike for a system, conda or venv host
+(`--system-site-packages` would show a venv host's base interpreter, not the venv's torch).
+Packages only the host has (torch's own CUDA wheels) stay importable from there.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +39,7 @@ from packaging.version import InvalidVersion, Version
 
 from reprobox.core.errors import EnvError
 from reprobox.core.settings import Settings
-from reprobox.envs import torch_source, wheelhouse
+from reprobox.envs import locks, torch_source, wheelhouse
 from reprobox.envs.uv import run_uv, uv_bin
 
 READY_MARKER = ".reprobox-ready"
@@ -38,6 +47,8 @@ READY_MARKER = ".reprobox-ready"
 # loss would break every run with an ImportError rather than fail where it is used.
 IMPORTED = (".py", ".so", ".pth")
 TORCH_SOURCE_NOTE = ".reprobox-torch-source"  # written at install: asking pip again costs 0.3 s
+HOST_TORCH_NOTE = ".reprobox-host-torch.json"  # the host torch a host venv was built against
+HOST_TORCH_PTH = "_reprobox_host_torch.pth"  # names the folder holding the host's torch
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,9 @@ class Env:
     created: bool = field(default=False, compare=False)
     # Why a ready environment was rebuilt (it lost a file, a package was changed by hand).
     repaired: str = field(default="", compare=False)
+    # REPROBOX_TORCH_SOURCE=host: the host's torch this environment imports.
+    host_torch: torch_source.HostTorch | None = field(default=None, compare=False)
+    host_lock: Path | None = field(default=None, compare=False)  # the lock's host flavour
 
     def bin(self, name: str) -> Path:
         return self.path / "bin" / name
@@ -91,30 +105,94 @@ def ensure_env(
     deepspeed's imports torch) are installed last, against the venv.
     """
     install_env = install_env or {}
+    host: torch_source.HostTorch | None = None
+    lock_python = python
+    if settings.torch_source == "host":  # the lock without torch, in the host's interpreter
+        host = torch_source.probe_host(settings.host_python)
+        lock, python = locks.host_lock(lock, settings), host.python
     digest = env_hash(lock, python, install_env, no_build_isolation)
     path = settings.cache / "envs" / digest
-    problem = ready_problem(path, lock)
+    problem = _host_problem(path, host) or ready_problem(path, lock)
     if problem is None:
-        return Env(path, digest)
+        return Env(path, digest, host_torch=host, host_lock=lock if host else None)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
-        problem = ready_problem(path, lock)
+        problem = _host_problem(path, host) or ready_problem(path, lock)
         if problem is None:
-            return Env(path, digest)
-        _install(path, lock, python, install_env, no_build_isolation, settings)
+            return Env(path, digest, host_torch=host, host_lock=lock if host else None)
+        _install(path, lock, python, install_env, no_build_isolation, settings, host)
         after = check_env(path, lock.read_text())
         if after is not None:
             raise EnvError(
                 f"the environment {path} is incomplete right after installing {lock.name}: "
                 f"{after}; remove it (rm -rf {path}) and run again"
             )
-        (path / TORCH_SOURCE_NOTE).write_text(
-            torch_source.from_settings(settings).describe() + "\n"
+        if host is not None:
+            _check_host_import(path, host)
+            (path / HOST_TORCH_NOTE).write_text(json.dumps(host.identity, sort_keys=True))
+        described = (
+            host.describe(lock_python)
+            if host is not None
+            else torch_source.from_settings(settings).describe()
         )
+        (path / TORCH_SOURCE_NOTE).write_text(described + "\n")
         (path / READY_MARKER).write_text(lock.read_text())
     _CHECKED.add((path, _marker_stamp(path)))
     repaired = "" if problem == _NOT_READY else problem
-    return Env(path, digest, created=True, repaired=repaired)
+    return Env(
+        path, digest, created=True, repaired=repaired, host_torch=host,
+        host_lock=lock if host else None,
+    )  # fmt: skip
+
+
+def _host_problem(path: Path, host: torch_source.HostTorch | None) -> str | None:
+    """Why a ready host venv no longer matches the host's torch (another version, another
+    folder, another interpreter: it is rebuilt), or None. Not one for the host's torch: None."""
+    if host is None or _marker_stamp(path) < 0:
+        return None
+    try:
+        built = json.loads((path / HOST_TORCH_NOTE).read_text())
+    except (OSError, ValueError):
+        return "its note of the host's torch is missing"
+    if built == host.identity:
+        return None
+    was = f"{built.get('version')} at {built.get('site')}"
+    return f"the host's torch changed ({was} -> {host.version} at {host.site})"
+
+
+def _host_scripts(path: Path, host: torch_source.HostTorch) -> None:
+    """torch's commands (`torchrun`) in the venv's bin, run by the venv's python: the
+    launcher starts `<venv>/bin/torchrun`, and the host's own would run the host's python
+    without the lock's packages."""
+    python = path / "bin" / "python"
+    for name, target in host.scripts:
+        module, _, attr = target.partition(":")
+        call = attr.split("[", 1)[0].strip() or "main"
+        script = path / "bin" / name
+        script.write_text(
+            f"#!{python}\nimport sys\nfrom {module.strip()} import {call.split('.')[0]}\n"
+            f"sys.exit({call}())\n"
+        )
+        script.chmod(0o755)
+
+
+def _check_host_import(path: Path, host: torch_source.HostTorch) -> None:
+    """The venv must import the host's torch, from the host's folder: proves the `.pth`
+    works, and that the lock's packages (say an older numpy) do not break torch's import."""
+    code = "import torch, sys; print(torch.__file__); print(torch.__version__)"
+    proc = subprocess.run(
+        [str(path / "bin" / "python"), "-c", code],
+        capture_output=True, text=True, timeout=torch_source.PROBE_TIMEOUT,
+        cwd=path, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    lines = proc.stdout.splitlines()
+    if proc.returncode != 0 or len(lines) < 2:
+        last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise EnvError(f"the host venv {path} cannot import the host's torch: {last}")
+    if not Path(lines[-2]).resolve().is_relative_to(Path(host.site).resolve()):
+        raise EnvError(
+            f"the host venv {path} imports torch from {lines[-2]}, not the host's {host.site}"
+        )
 
 
 def _install(
@@ -124,11 +202,20 @@ def _install(
     install_env: dict[str, str],
     no_build_isolation: Sequence[str],
     settings: Settings,
+    host: torch_source.HostTorch | None = None,
 ) -> None:
-    """Create the venv at `path` afresh and install the lock into it (no marker yet)."""
+    """Create the venv at `path` afresh and install the lock into it (no marker yet). A host
+    venv sees the host's torch from the start (a late source build, DeepSpeed's, imports
+    it)."""
     shutil.rmtree(path, ignore_errors=True)
     venv = [uv_bin(), "venv", "--quiet", "--python", python, str(path)]
     run_uv(venv, what="create venv", settings=settings)
+    if host is not None:
+        site = site_packages(path)
+        if site is None:
+            raise EnvError(f"the venv {path} made with {host.python} has no site-packages")
+        (site / HOST_TORCH_PTH).write_text(host.site + "\n")
+        _host_scripts(path, host)
     # A wheelhouse (REPROBOX_WHEELHOUSE) replaces every index: an offline node installs from it.
     links = wheelhouse.install_args(settings) or torch_args(lock.read_text(), settings)
     pip = [uv_bin(), "pip", "--quiet"]

@@ -49,9 +49,12 @@ _CUDA_LINE = re.compile(
 )
 # Of collect_env's lscpu block, the lines that identify the machine.
 _CPU_KEEP = re.compile(r"^(Architecture|CPU\(s\)|Model name|Thread\(s\) per core|NUMA node\(s\)):")
+# In sys.path order, the first of a name wins: what an import finds (a host-torch venv also
+# sees the host's folder, whose copies of the lock's packages come after the venv's own).
 _PACKAGES = (
-    "import importlib.metadata as m, json; "
-    "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+    "import importlib.metadata as m, json; found = {}\n"
+    "for d in m.distributions(): found.setdefault(d.metadata['Name'], d.version)\n"
+    "print(json.dumps(found))"
 )
 
 
@@ -201,6 +204,21 @@ def trim_collect_env(
     return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip()
 
 
+def host_torch_report(record: Record) -> EnvReport:
+    """Where torch came from when it was the host's (REPROBOX_TORCH_SOURCE=host): the
+    version, CUDA and folder the record names, and the interpreter."""
+    host = record.host_torch
+    lines = [
+        f"torch {host.get('version', '?')} (CUDA {host.get('cuda', '?')})",
+        f"from {host.get('path', '?')}",
+        f"python {host.get('python_version', '?')} ({host.get('python', '?')})",
+    ]
+    if host.get("lock_python"):
+        lines.append(f"the lock was made for python {host['lock_python']}")
+    lines.append("the lock's other pins: in a venv of their own (without torch and CUDA wheels)")
+    return EnvReport("host torch (REPROBOX_TORCH_SOURCE=host)", "\n".join(lines))
+
+
 def gather(
     record: Record,
     pins: Sequence[str],
@@ -226,6 +244,8 @@ def gather(
         )
         collect = pending.result()
     reports = [r for r in stack if r is not None]
+    if record.host_torch:
+        reports.insert(0, host_torch_report(record))
     absent = [" ".join(cmds[0]) for (_, cmds), r in zip(jobs, stack, strict=True) if r is None]
     code, text = collect
     if code == 0:

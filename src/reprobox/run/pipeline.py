@@ -20,14 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from reprobox.core.cells import Cell, is_source, script_args
 from reprobox.core.errors import BadInput, ExitCode, ReproboxError
+from reprobox.core.files import atomic_write
 from reprobox.core.judge import Judgement, Launched, Status, judge, peek_verdict
-from reprobox.core.protocol import Verdict
+from reprobox.core.protocol import SCHEMA_VERSION, Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro, merge_pins
 from reprobox.envs import git, locks, venvs
+from reprobox.envs.torch_source import HostTorch
 from reprobox.run.backend import Backend, Case, LaunchRequest, Prepared
 
 STOPPED_MID_LAUNCH = (
@@ -79,6 +84,8 @@ def lock_for(
 ) -> Path:
     """The committed lock when the variant runs at its own pins (in the CPU build of torch),
     else a cached one (also the pypi flavour of torch, REPROBOX_TORCH_SOURCE=pypi)."""
+    if settings.torch_source == "host":
+        host_range(repro, platform)  # none stated: bad input, before anything is installed
     overrides, _ = resolve_sources(overrides, settings)
     request = lock_request(repro, variant, platform, overrides)
     committed = lock_path(repro, variant, platform)
@@ -93,6 +100,19 @@ def lock_for(
         locks.check_body(committed, shown)  # edited with its header kept: integrity error
         return committed
     return locks.cached_lock(request, settings)
+
+
+def host_range(repro: Repro, platform: str) -> SpecifierSet:
+    """The host torch versions the repro accepts on `platform` ([platforms.NAME] host_torch),
+    which REPROBOX_TORCH_SOURCE=host needs: a repro that states none was never said to work
+    with any torch but its own (bad input, exit 2)."""
+    wanted = repro.platform(platform).host_torch_range
+    if wanted is None:
+        raise BadInput(
+            f"REPROBOX_TORCH_SOURCE=host: {repro.name} states no host_torch range for platform "
+            f'{platform} (add host_torch = ">=X.Y" under [platforms.{platform}] in repro.toml)'
+        )
+    return wanted
 
 
 def resolve_sources(
@@ -181,7 +201,7 @@ def run_cells(
         for item in pending:
             _prepare(repro, item, backend, settings, options)
             if item.open:
-                _preflight(repro, item, backend, options)
+                _preflight(repro, item, backend, options, settings)
         ready = [item for item in pending if item.open]
         groups = _groups(repro, ready)
         if options.workers > 1 and len(groups) > 1 and getattr(backend, "concurrent", False):
@@ -279,14 +299,24 @@ def _request(
     return LaunchRequest(repro, launch, cases, timeout, preflight, options.echo)
 
 
-def _preflight(repro: Repro, item: Pending, backend: Backend, options: RunOptions) -> None:
+def _preflight(
+    repro: Repro, item: Pending, backend: Backend, options: RunOptions, settings: Settings
+) -> None:
     """Ask the script, in one plain process, whether this environment can be tested at all.
 
     Some combinations break the launcher itself before any rank starts (e.g. one that cannot
     import deepspeed): no rank would be left to say "cannot test". With [launch] preflight,
     the script runs once with those extra arguments through the same launch machinery
     (process group, clean-up, the run's timeout); 0 means go on, 125 means cannot test (with
-    its result written as usual), anything else is an error."""
+    its result written as usual), anything else is an error.
+
+    With the host's torch (REPROBOX_TORCH_SOURCE=host) the harness first checks its version
+    against the repro's range (`_host_torch`)."""
+    if settings.torch_source == "host" and item.prepared is not None:
+        with recording([item]):
+            _host_torch(repro, item)
+        if not item.open:
+            return
     preflight = repro.launch(item.cell.variant).preflight
     if not preflight or item.prepared is None:
         return
@@ -311,6 +341,42 @@ def _preflight(repro: Repro, item: Pending, backend: Backend, options: RunOption
         item.record.apply(
             judge_case(repro, request.lead, launched, [Verdict.CANNOT_TEST]), launched
         )
+
+
+HOST_RESULT_BY = "reprobox: the host's torch, checked before launching"
+
+
+def _host_torch(repro: Repro, item: Pending) -> None:
+    """Record the host's torch the cell's environment imports, and end the cell cannot-test
+    (through the judge, like a script's own preflight) when its version is outside the
+    repro's `host_torch` range. A development build (`2.6.0a0+git...`, as NGC images ship)
+    counts as its release: a range would otherwise refuse every such build silently."""
+    assert item.prepared is not None
+    platform = item.cell.platform
+    wanted = host_range(repro, platform)
+    host: HostTorch | None = getattr(item.prepared.handle, "host_torch", None)
+    if host is None:
+        raise BadInput(
+            f"REPROBOX_TORCH_SOURCE=host: the {item.prepared.runner} back end does not run "
+            "with the host's torch; use the venv (or slurm) back end"
+        )
+    item.record.host_torch = host.record(repro.python(platform))
+    host_lock = getattr(item.prepared.handle, "host_lock", None)
+    if host_lock is not None:  # what was installed: `lock` is what it was derived from
+        item.record.host_torch["lock"] = str(host_lock)
+    try:
+        inside = wanted.contains(Version(host.version), prereleases=True)
+        why = f"is outside the range {repro.name} accepts on platform {platform}"
+    except InvalidVersion:
+        inside, why = False, "is not a version the range can be checked against"
+    if inside:
+        return
+    reason = f"cannot test here: the host's torch {host.version} {why} (host_torch = {wanted!s})"
+    case = Case(item.cell, tuple(script_args(repro, item.cell)), item.run_dir)
+    result = {"schema": SCHEMA_VERSION, "verdict": Verdict.CANNOT_TEST.value, "reason": reason}
+    atomic_write(case.result, json.dumps({**result, "metrics": {}, "by": HOST_RESULT_BY}))
+    launched = Launched(logs=item.run_dir)
+    item.record.apply(judge_case(repro, case, launched, [Verdict.CANNOT_TEST]), launched)
 
 
 def _launch_group(
