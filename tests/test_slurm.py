@@ -17,11 +17,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import ROOT, newest_records, reprobox
 from reprobox.core.errors import ExitCode
+from reprobox.core.settings import Settings
 from reprobox.run import launcher
+from reprobox.run.backend import Case, LaunchRequest
 from reprobox.run.backends import detached, slurm
 
 CLUSTER = ROOT / "scripts" / "slurm-cluster.sh"
@@ -94,6 +97,23 @@ def _errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("reprobox: error:")]
 
 
+def _left_behind(root: Path) -> list[str]:
+    """Processes whose command line names the checkout under test (runners, ranks)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if str(root) in line and proc.pid != os.getpid():
+            found.append(f"{proc.pid} {line}")
+    return found
+
+
+def _jobs(records: dict[str, dict]) -> dict[str, dict]:
+    return {
+        label: json.loads((Path(r["dir"]) / slurm.JOB_FILE).read_text())
+        for label, r in records.items()
+    }
+
+
 def _wait_for(check, seconds: float, what: str) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + seconds
     while not check():
@@ -143,11 +163,103 @@ def test_no_sbatch_on_path_is_one_line_and_exit_5(toy_root: Path, tmp_path: Path
     assert "--partition goes with --backend slurm" in _errors(done.stderr)[0]
 
 
+def test_array_task_ids_as_scontrol_writes_them() -> None:
+    assert slurm.task_ids("3") == [3]
+    assert slurm.task_ids("0-3%2") == [0, 1, 2, 3]
+    assert slurm.task_ids("1,4-5") == [1, 4, 5]
+    assert slurm.task_ids("") == [] and slurm.task_ids("N/A") == []
+
+
+def _task(tmp_path: Path, index: int) -> slurm._Task:
+    run_dir = tmp_path / f"run {index}"  # a space: the script must quote
+    plan = launcher.LaunchPlan(
+        launcher="python", bin_dir=tmp_path / "bin", processes=1, script=tmp_path / "s.py",
+        script_args=[], timeout=8.0, log_dir=run_dir, cwd=run_dir,
+    )  # fmt: skip
+    request = LaunchRequest(None, None, (Case(None, (), run_dir),), 8.0)  # type: ignore[arg-type]
+    return slurm._Task(plan, request, run_dir / detached.PLAN_NAME,
+                       run_dir / detached.OUTCOME_NAME)  # fmt: skip
+
+
+def test_the_array_script_runs_each_task_in_its_own_run_folder(tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text(slurm.array_script([_task(tmp_path, 0), _task(tmp_path, 1)]))
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    for index in (0, 1):
+        (tmp_path / f"run {index}").mkdir()
+    # The runner itself is this interpreter; a stand-in says where it ran and with what.
+    text = script.read_text().replace(sys.executable, "echo")
+    assert text.count("exec echo -m reprobox.run.backends.detached") == 2
+    ran = [subprocess.run(["sh", "-c", text], env={**os.environ, "SLURM_ARRAY_TASK_ID": i},
+                          capture_output=True, text=True, cwd=tmp_path) for i in "012"]  # fmt: skip
+    assert str(tmp_path / "run 1" / detached.PLAN_NAME) in ran[1].stdout
+    assert ran[0].returncode == ran[1].returncode == 0
+    assert ran[2].returncode == 2 and "no launch for array task 2" in ran[2].stderr
+
+
+def test_pyxis_options_mount_the_shared_paths_at_the_same_paths(scratch_root: Path) -> None:
+    settings = Settings.from_env()
+    plain = slurm.SlurmBackend(settings)
+    assert plain.container_options() == []
+    backend = slurm.SlurmBackend(settings, container_image="nvcr.io#nvidia/pytorch:24.05-py3",
+                                 container_mounts="/data:/data:ro")  # fmt: skip
+    options = backend._options("5", scratch_root / "slurm-%j.out", scratch_root)
+    image, mounts, home = options[-3:]
+    assert image == "--container-image=nvcr.io#nvidia/pytorch:24.05-py3"
+    assert home == "--no-container-mount-home"
+    pairs = mounts.removeprefix("--container-mounts=").split(",")
+    assert pairs[-1] == "/data:/data:ro"
+    shared = [p.split(":")[0] for p in pairs[:-1]]
+    assert all(p.split(":")[0] == p.split(":")[1] for p in pairs[:-1])
+    assert str(scratch_root.resolve()) in shared  # the checkout holds results/ here
+    assert any(Path(sys.prefix).resolve().is_relative_to(p) for p in shared)
+    assert str((scratch_root / "results").resolve()) not in shared  # under the checkout
+    with pytest.raises(slurm.BadInput, match="--container-mounts goes with --container-image"):
+        slurm.SlurmBackend(settings, container_mounts="/data:/data")
+
+
+def test_pyxis_refuses_a_harness_on_the_systems_python(
+    scratch_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "base_prefix", "/usr")  # mounting it would cover the image's
+    backend = slurm.SlurmBackend(Settings.from_env(), container_image="ubuntu:24.04")
+    with pytest.raises(slurm.BadInput, match=r"runs on the system's Python \(/usr\)"):
+        backend.container_options()
+
+
 # -- against the cluster -------------------------------------------------------------------
 
 
-def test_a_partition_that_does_not_exist(cluster: Path, toy_root: Path) -> None:
-    done = reprobox("run", "toy", "--backend", "slurm", "--partition", "nope")
+def test_a_cluster_without_pyxis_is_one_plain_error(cluster: Path, scratch_root: Path) -> None:
+    backend = slurm.SlurmBackend(Settings.from_env(), container_image="ubuntu:24.04")
+    with pytest.raises(slurm.SlurmError) as found:
+        backend.check()  # before anything is built
+    assert "needs the pyxis plugin" in str(found.value)
+    assert found.value.exit_code == ExitCode.NO_ENGINE
+    script = scratch_root / "job.sh"
+    script.write_text("#!/bin/sh\ntrue\n")
+    with pytest.raises(slurm.SlurmError, match="needs the pyxis plugin"):  # sbatch's refusal
+        backend._submit([*backend._options("1", scratch_root / "o.out", scratch_root),
+                         str(script)])  # fmt: skip
+    assert _queued() == []
+
+
+def test_an_array_that_sbatch_refuses(cluster: Path, toy_root: Path) -> None:
+    done = reprobox("run", "toy", "--matrix", "--backend", "slurm", "--gres", "gpu:1")
+    assert done.returncode == ExitCode.RUN_FAILED, done.stderr
+    [line] = _errors(done.stderr)
+    assert "cannot submit the job (sbatch): sbatch: error: Invalid generic resource" in line
+    records = newest_records(toy_root / "results", "toy")
+    assert len(records) == 4
+    assert all(r["status"] == "error" and "Invalid generic resource" in r["reason"]
+               for r in records.values())  # fmt: skip
+    assert _queued() == []
+
+
+@pytest.mark.parametrize("cells", [[], ["--matrix"]], ids=["one", "matrix"])
+def test_a_partition_that_does_not_exist(cluster: Path, toy_root: Path, cells: list[str]) -> None:
+    done = reprobox("run", "toy", *cells, "--backend", "slurm", "--partition", "nope")
     assert done.returncode == ExitCode.BAD_INPUT, done.stderr
     [line] = _errors(done.stderr)
     assert "--partition nope: no such partition on this cluster (partitions: debug)" in line
@@ -159,9 +271,13 @@ def test_a_matrix_through_slurm_gives_the_local_answer(cluster: Path, toy_root: 
     assert on_slurm.returncode == 0, on_slurm.stderr
     slurm_records = newest_records(toy_root / "results", "toy")
     assert {r["runner"] for r in slurm_records.values()} == {"slurm"}
-    for record in slurm_records.values():
-        job = json.loads((Path(record["dir"]) / slurm.JOB_FILE).read_text())
-        assert job["state"] == "COMPLETED" and job["exit_code"] == "0:0"
+    jobs = _jobs(slurm_records)
+    assert all(j["state"] == "COMPLETED" and j["exit_code"] == "0:0" for j in jobs.values())
+    # one array job: one job id, a task per cell, each read back from its own run folder
+    [array] = {j["array_job"] for j in jobs.values()}
+    assert sorted(j["job"] for j in jobs.values()) == [f"{array}_{i}" for i in range(4)]
+    for label, job in jobs.items():
+        assert (Path(slurm_records[label]["dir"]) / f"slurm-{job['job']}.out").is_file()
     local = reprobox("run", "toy", "--matrix")
     assert local.returncode == 0, local.stderr
     local_records = newest_records(toy_root / "results", "toy")
@@ -250,3 +366,59 @@ def test_a_job_killed_at_its_time_limit(cluster: Path, toy_root: Path) -> None:
     job = json.loads((Path(record["dir"]) / slurm.JOB_FILE).read_text())
     assert job["state"] == "TIMEOUT"
     assert _queued() == []
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_an_array_task_killed_at_its_time_limit(cluster: Path, toy_root: Path) -> None:
+    done = reprobox("run", "toy", "--variant", "clean", "--variant", "hang", "--timeout", "600",
+                    "--time", "1", "--workers", "2", "--backend", "slurm", timeout=300)  # fmt: skip
+    assert done.returncode == ExitCode.TIMEOUT, done.stderr
+    assert "ran past its time limit (1); Slurm killed it" in _errors(done.stderr)[-1]
+    records = newest_records(toy_root / "results", "toy")
+    jobs = _jobs(records)
+    assert records["hang"]["status"] == "error" and records["hang"]["exit_code"] == 124
+    assert jobs["hang"]["state"] == "TIMEOUT"
+    assert records["clean"]["status"] == "match" and jobs["clean"]["state"] == "COMPLETED"
+    assert jobs["clean"]["array_job"] == jobs["hang"]["array_job"]
+    # the clean cell's record was written when its task ended, not after the slowest
+    written = (Path(records["clean"]["dir"]) / "record.json").stat().st_mtime
+    assert written < jobs["hang"]["read_at"] - 30
+    assert _queued() == [] and _left_behind(toy_root) == []
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupt_mid_array_cancels_it_and_keeps_the_records(
+    cluster: Path, toy_root: Path, sig: signal.Signals
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reprobox", "run", "toy", "--variant", "clean", "--variant",
+         "hang", "--variant", "reproduced", "--timeout", "600", "--backend", "slurm"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+
+    def clean_recorded() -> bool:
+        found = newest_records(toy_root / "results", "toy").get("clean")
+        return found is not None and found["status"] == "match"
+
+    try:  # one task at a time (--workers 1): clean ends, hang runs, reproduced waits
+        _wait_for(clean_recorded, 180, "the first task's record")
+        _wait_for(lambda: any(" RUNNING" in j for j in _queued()), 60, "the next task to run")
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)  # what Ctrl-C at the terminal sends
+        else:
+            proc.send_signal(sig)  # a cancelled CI job: the harness alone
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    want = ExitCode.INTERRUPTED if sig == signal.SIGINT else ExitCode.TERMINATED
+    assert proc.returncode == want, err
+    assert len(_errors(err)) == 1
+    assert _queued() == []  # the array scancelled, nothing queued or running
+    records = newest_records(toy_root / "results", "toy")
+    assert records["clean"]["status"] == "match"  # kept
+    for label in ("hang", "reproduced"):
+        assert records[label]["status"] == "error" and records[label]["reason"] == "interrupted"
+    _wait_for(lambda: _left_behind(toy_root) == [], 30, "no process left behind")

@@ -6,11 +6,13 @@ recording), so every back end gets all of it.
 
 from __future__ import annotations
 
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from reprobox.core.cells import Cell
+from reprobox.core.errors import ReproboxError
 from reprobox.core.judge import Launched
 from reprobox.core.spec import LaunchSection, Repro
 
@@ -84,4 +86,20 @@ class Backend(Protocol):
     def launch(self, prepared: Prepared, request: LaunchRequest) -> Launched:
         """Run the request to its end or timeout; on KeyboardInterrupt stop everything it
         started and re-raise."""
+        ...
+
+
+class LaunchesMany(Protocol):
+    """A back end that can hand several launches to its scheduler as one unit (Slurm: one
+    array job), cheaper to submit and to cancel than one by one. Optional: the pipeline
+    uses `launch_many` for a run of several launches when the back end has it, else it
+    calls `launch` once per launch."""
+
+    def launch_many(
+        self, launches: Sequence[tuple[Prepared, LaunchRequest]], workers: int
+    ) -> Generator[tuple[int, Launched | ReproboxError], None, None]:
+        """Start every launch, at most `workers` running at once, and yield (index, how it
+        ended: Launched, or the ReproboxError that ended it) as each ends, in the order they
+        end. A failure of the whole submission raises; so does an interrupt. Closing the
+        iterator early (or an exception) stops every launch still running or queued."""
         ...

@@ -15,10 +15,10 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -33,7 +33,7 @@ from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro, merge_pins
 from reprobox.envs import git, locks, venvs
 from reprobox.envs.torch_source import HostTorch
-from reprobox.run.backend import Backend, Case, LaunchRequest, Prepared
+from reprobox.run.backend import Backend, Case, LaunchesMany, LaunchRequest, Prepared
 
 STOPPED_MID_LAUNCH = (
     "no verdict was recorded for this launch: the harness was killed, or could not write "
@@ -204,7 +204,9 @@ def run_cells(
                 _preflight(repro, item, backend, options, settings)
         ready = [item for item in pending if item.open]
         groups = _groups(repro, ready)
-        if options.workers > 1 and len(groups) > 1 and getattr(backend, "concurrent", False):
+        if len(groups) > 1 and hasattr(backend, "launch_many"):
+            _launch_many(repro, groups, backend, options, records, on_start, on_record)
+        elif options.workers > 1 and len(groups) > 1 and getattr(backend, "concurrent", False):
             _launch_concurrently(repro, groups, backend, options, records, on_start, on_record)
         else:
             for group in groups:
@@ -256,6 +258,47 @@ def _launch_concurrently(
             for future in running:
                 future.exception()  # wait: the interrupted launches save their records
             raise
+
+
+def _launch_many(
+    repro: Repro,
+    groups: list[list[Pending]],
+    backend: Backend,
+    options: RunOptions,
+    records: list[Record],
+    on_start: Callable[[list[Cell]], None] | None,
+    on_record: Callable[[Record], None] | None,
+) -> None:
+    """Every launch handed to the back end at once (`LaunchesMany`: a Slurm array job), at
+    most `options.workers` running; each is judged and recorded as it ends, not when the
+    slowest does. A failed submission is the record of every launch not yet ended; an
+    interrupt stops them all (closing the back end's iterator) and keeps what was saved."""
+    many = cast(LaunchesMany, backend)
+    requests = [_begin(repro, group, backend, options) for group in groups]
+    if on_start is not None:
+        for group in groups:
+            on_start([item.cell for item in group])
+    waiting = {index: group for index, group in enumerate(groups)}
+    left: list[Pending] = [item for group in groups for item in group]
+    launches = [(_prepared(g), request) for g, request in zip(groups, requests, strict=True)]
+    with recording(left):  # a failed submission, or an interrupt: every launch not ended
+        with closing(many.launch_many(launches, options.workers)) as ended:
+            for index, outcome in ended:
+                group = waiting.pop(index)
+                for item in group:
+                    left.remove(item)
+                with recording(group):
+                    if isinstance(outcome, ReproboxError):
+                        raise outcome
+                    _judge_launch(repro, group, requests[index], outcome)
+                _finish(group, records, on_record)
+    for group in waiting.values():  # the submission failed: their records say why
+        _finish(group, records, on_record)
+
+
+def _prepared(group: list[Pending]) -> Prepared:
+    assert group[0].prepared is not None
+    return group[0].prepared
 
 
 def _new_pending(repro: Repro, cell: Cell, store: RecordStore, options: RunOptions) -> Pending:
@@ -384,6 +427,17 @@ def _launch_group(
 ) -> None:
     """One launch for the group: a single cell gets its arguments on the command line; a
     batch gets a plan file (see repros/README.md, "Batching")."""
+    request = _begin(repro, group, backend, options)
+    with recording(group):
+        assert group[0].prepared is not None
+        _judge_launch(repro, group, request, backend.launch(group[0].prepared, request))
+
+
+def _begin(
+    repro: Repro, group: list[Pending], backend: Backend, options: RunOptions
+) -> LaunchRequest:
+    """The group's request, its command in the records, and each record saved as stopped
+    mid-launch (what stays if the harness is killed before the launch ends)."""
     lead = group[0]
     assert lead.prepared is not None
     request = _request(repro, group, options)
@@ -400,14 +454,19 @@ def _launch_group(
         item.record.exit_code = int(ExitCode.HARNESS_FAILED)
         _save(item.record)
         item.record.reason, item.record.exit_code = "", 0
-    with recording(group):
-        launched = backend.launch(lead.prepared, request)
-        verdicts = [peek_verdict(case.result) for case in request.cases]
-        known = [v for v in verdicts if v is not None]
-        for item, case in zip(group, request.cases, strict=True):
-            # A batch's ranks exit with the code of all its cases together.
-            together = known if len(group) > 1 and len(known) == len(group) else None
-            item.record.apply(judge_case(repro, case, launched, together), launched)
+    return request
+
+
+def _judge_launch(
+    repro: Repro, group: list[Pending], request: LaunchRequest, launched: Launched
+) -> None:
+    """Each case of an ended launch through the one judge."""
+    verdicts = [peek_verdict(case.result) for case in request.cases]
+    known = [v for v in verdicts if v is not None]
+    for item, case in zip(group, request.cases, strict=True):
+        # A batch's ranks exit with the code of all its cases together.
+        together = known if len(group) > 1 and len(known) == len(group) else None
+        item.record.apply(judge_case(repro, case, launched, together), launched)
 
 
 def judge_case(

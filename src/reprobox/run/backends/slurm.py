@@ -1,4 +1,5 @@
-"""The Slurm back end: each launch (a probe, a cell, a batch of cells) is one batch job.
+"""The Slurm back end: a launch (a probe, a cell, a batch of cells) is one batch job, and a
+run of several launches (a matrix) one array job, each launch one of its tasks.
 
 `prepare` builds the venv as the venv back end does: the nodes run it from the same path,
 so the cache (venvs), the results folder (run folders, logs, results) and the harness's
@@ -9,6 +10,16 @@ it with `sbatch --parsable`, waits with `scontrol show job` (accounting may be o
 sacct), and reads back how it ended: the runner's outcome file in the run folder (every
 rank's exit status), else Slurm's JobState and ExitCode=a:b. The judge then decides, as for
 every back end.
+
+`launch_many` (the pipeline's `LaunchesMany` hook) submits several launches at once as one
+`sbatch --array=0-(N-1)%K` (K = --workers): task i runs the plan of launch i from that
+launch's own run folder (its own port, logs, outcome file and Slurm output, through a link
+per task), and is read back, judged and recorded as soon as it ends, as job `JOBID_i`.
+One job id cancels them all. Bisects keep one job per probe: they need each answer early.
+
+With `container_image` the job runs in that image through the cluster's own mechanism
+(pyxis/enroot: `sbatch --container-image --container-mounts`), the shared paths mounted at
+the same paths; a cluster without pyxis is one plain error before anything is built.
 
 The timeout is the launcher's own kill on the node; the job's time limit is that plus a
 margin (Slurm counts whole minutes), unless `--time` says otherwise. `--no-requeue`: a job
@@ -26,10 +37,12 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
-from dataclasses import replace
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +63,17 @@ from reprobox.run import interrupts
 from reprobox.run.backend import LaunchRequest, Prepared
 from reprobox.run.backends import detached
 from reprobox.run.backends.venv import VenvBackend
+from reprobox.run.launcher import LaunchPlan
 
 TOOLS = ("sbatch", "squeue", "scontrol", "scancel")
 MARGIN_S = 60.0  # the job's time limit over the launch's timeout: start-up and clean-up
 CLIENT_TIMEOUT_S = 60.0  # a Slurm client call that takes longer: slurmctld is not answering
 CANCEL_WAIT_S = 60.0  # how long an scancel'ed job may take to leave the queue
 JOB_FILE = "slurm.json"  # per launch: job id, state, exit code and its timings
+ARRAY_DIR = "slurm-array"  # in the first launch's folder: the array's script, a link per task
+GONE_AFTER_S = 60.0  # scontrol failing this long (not "no such job"): the controller is lost
+PYXIS = "--container-image"  # what `sbatch --help` lists where pyxis is loaded
+SYSTEM_PREFIXES = frozenset(Path(p) for p in ("/", "/usr", "/usr/local"))
 ENDED = frozenset(
     {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY",
      "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT"}
@@ -66,6 +84,22 @@ _FIELD = re.compile(r"(\S+?)=(\S*)")
 
 class SlurmError(EngineError):
     """No Slurm client, or a cluster that does not answer (exit 5, as for no engine)."""
+
+
+NO_PYXIS = (
+    "--container-image needs the pyxis plugin (enroot) on the cluster, and this cluster's "
+    "sbatch has no --container-image: leave the option out, or ask its admins for pyxis"
+)
+
+
+@dataclass(frozen=True)
+class _Task:
+    """One launch of an array job: its plan and where its files are."""
+
+    plan: LaunchPlan
+    request: LaunchRequest
+    plan_file: Path
+    outcome_file: Path
 
 
 def check_time(value: str) -> str:
@@ -101,7 +135,8 @@ def fields(text: str) -> dict[str, str]:
 
 
 class SlurmBackend:
-    """Launches as Slurm batch jobs, from threads too (`--workers K`: K jobs at once)."""
+    """Launches as Slurm batch jobs, from threads too (`--workers K`: K jobs at once), and
+    a run of several launches as one array job (`launch_many`)."""
 
     name = "slurm"
     concurrent = True
@@ -114,9 +149,15 @@ class SlurmBackend:
         gres: str | None = None,
         time: str | None = None,
         poll_s: float = 0.5,
+        container_image: str | None = None,
+        container_mounts: str | None = None,
     ) -> None:
         self.venv = VenvBackend(settings)
+        self.settings = settings
         self.partition, self.gres, self.poll_s = partition, gres, poll_s
+        if container_mounts and not container_image:
+            raise BadInput("--container-mounts goes with --container-image")
+        self.container_image, self.container_mounts = container_image, container_mounts
         self.time = check_time(time) if time else None
         self.job_name = f"reprobox-{uuid.uuid4().hex[:10]}"  # every job of this back end
         self._jobs: set[str] = set()
@@ -144,6 +185,10 @@ class SlurmBackend:
                 f"--partition {self.partition}: no such partition on this cluster "
                 f"(partitions: {known})"
             )
+        if self.container_image:
+            self.shared_paths()  # a harness on the system's Python cannot be mounted
+            if PYXIS not in self._client(["sbatch", "--help"], what="list sbatch's options"):
+                raise SlurmError(NO_PYXIS)
 
     # -- the Backend protocol ------------------------------------------------------------
 
@@ -153,16 +198,55 @@ class SlurmBackend:
     def options(self, request: LaunchRequest) -> list[str]:
         """sbatch's options for one launch."""
         limit = self.time or time_limit(request.timeout)
+        return self._options(limit, request.log_dir / "slurm-%j.out", request.lead.run_dir)
+
+    def _options(self, limit: str, output: Path, chdir: Path) -> list[str]:
         return [
             "--parsable",
             *("--job-name", self.job_name),
-            *("--output", str(request.log_dir / "slurm-%j.out")),
-            *("--chdir", str(request.lead.run_dir)),
+            *("--output", str(output)),
+            *("--chdir", str(chdir)),
             *("--time", limit),
             "--nodes=1",
             "--no-requeue",
             *(["--partition", self.partition] if self.partition else []),
             *(["--gres", self.gres] if self.gres else []),
+            *self.container_options(),
+        ]
+
+    def shared_paths(self) -> list[Path]:
+        """What a containerised job needs at the same paths: results, cache, the checkout,
+        the harness's installation and the interpreter it and the environments run on
+        (outermost folders only). The system's own /usr cannot be one: it would cover the
+        image's."""
+        base = Path(sys.base_prefix).resolve()
+        if base in SYSTEM_PREFIXES:
+            raise BadInput(
+                f"--container-image: this harness runs on the system's Python ({base}), which "
+                "cannot be mounted into an image at the same path; install reprobox with a "
+                "Python on the shared file system (e.g. one `uv python install` put there)"
+            )
+        paths = [self.settings.results, self.settings.cache, self.settings.root,
+                 Path(sys.prefix), base]  # fmt: skip
+        shared: list[Path] = []
+        for path in sorted({p.resolve() for p in paths}, key=lambda p: len(p.parts)):
+            if not any(path.is_relative_to(kept) for kept in shared):
+                shared.append(path)
+        return shared
+
+    def container_options(self) -> list[str]:
+        """pyxis's sbatch options: the image, and the paths the job needs mounted at the same
+        paths inside it (results, cache, the repros, the harness's own installation and its
+        interpreter), then the user's --container-mounts."""
+        if not self.container_image:
+            return []
+        mounts = [f"{p}:{p}" for p in self.shared_paths()]
+        if self.container_mounts:
+            mounts.append(self.container_mounts)
+        return [
+            f"--container-image={self.container_image}",
+            f"--container-mounts={','.join(mounts)}",
+            "--no-container-mount-home",
         ]
 
     def env_names(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
@@ -177,23 +261,17 @@ class SlurmBackend:
     def launch(self, prepared: Prepared, request: LaunchRequest) -> Launched:
         if self._stopping.is_set():
             raise KeyboardInterrupt
-        plan = self.venv.plan(prepared, request)
-        log_dir = plan.log_dir
-        log_dir.mkdir(parents=True, exist_ok=True)
-        plan_file, outcome_file = log_dir / detached.PLAN_NAME, log_dir / detached.OUTCOME_NAME
-        outcome_file.unlink(missing_ok=True)
-        detached.write_plan(plan, plan_file)
-        script = log_dir / "slurm-job.sh"
-        runner = shlex.join(detached.runner_argv(plan_file, outcome_file))
+        task = self._stage(prepared, request)
+        script = task.plan.log_dir / "slurm-job.sh"
+        runner = shlex.join(detached.runner_argv(task.plan_file, task.outcome_file))
         atomic_write(
             script,
             "#!/bin/sh\n# One reprobox launch, run on the node by the harness's own launcher.\n"
             f"exec {runner}\n",
         )
         limit = self.time or time_limit(request.timeout)
-        timing: dict[str, Any] = {"submitted_at": time.time(), "time_limit": limit}
+        submitted = time.time()
         job = self._submit([*self.options(request), str(script)])
-        timing["job"] = job
         try:
             final = self._wait(job, request.timeout, limit)
         except KeyboardInterrupt:
@@ -203,8 +281,96 @@ class SlurmBackend:
         finally:
             with self._lock:
                 self._jobs.discard(job)
-        data = detached.read_outcome(outcome_file)
+        outcome = self._read_back(
+            task.plan, request, job, final, limit, {"submitted_at": submitted}
+        )
+        if isinstance(outcome, ReproboxError):
+            raise outcome
+        return outcome
+
+    # -- an array job: several launches, one submission -----------------------------------
+
+    def launch_many(
+        self, launches: Sequence[tuple[Prepared, LaunchRequest]], workers: int
+    ) -> Generator[tuple[int, Launched | ReproboxError], None, None]:
+        """All launches as one array job, at most `workers` tasks running at once (`%K`);
+        yields each launch's index and how it ended as its task ends. Leaving early (an
+        interrupt, the iterator closed) scancels the array and waits for an empty queue."""
+        if self._stopping.is_set():
+            raise KeyboardInterrupt
+        tasks = [self._stage(prepared, request) for prepared, request in launches]
+        array_dir = tasks[0].request.log_dir / ARRAY_DIR
+        links = array_dir / "tasks"
+        links.mkdir(parents=True, exist_ok=True)
+        for index, task in enumerate(tasks):
+            (links / str(index)).symlink_to(task.request.log_dir, target_is_directory=True)
+        script = array_dir / "slurm-job.sh"
+        atomic_write(script, array_script(tasks))
+        limit = self.time or max((time_limit(t.request.timeout) for t in tasks), key=int)
+        output = links / "%a" / "slurm-%A_%a.out"  # each task's own run folder
+        throttle = f"%{workers}" if workers < len(tasks) else ""
+        argv = [*self._options(limit, output, array_dir), f"--array=0-{len(tasks) - 1}{throttle}"]
+        submitted = time.time()
+        job = self._submit([*argv, str(script)])
+        left = set(range(len(tasks)))
+        running_since: dict[int, float] = {}
+        deadline = limit_seconds(limit) + MARGIN_S
+        try:
+            while left:
+                if self._stopping.is_set():
+                    raise KeyboardInterrupt
+                states = self._array_states(job)
+                for index in sorted(left):
+                    state = states.get(index, {"JobState": "GONE"})
+                    name = state["JobState"]
+                    if name == "RUNNING":
+                        running_since.setdefault(index, time.monotonic())
+                    overdue = time.monotonic() - running_since.get(index, math.inf) > deadline
+                    if overdue:  # a controller that lost it: the harness's own kill
+                        self._client(["scancel", f"{job}_{index}"], what="cancel", check=False)
+                        state = {**state, "JobState": "TIMEOUT", "harness_kill": "1"}
+                    elif name not in ENDED and name != "GONE":
+                        continue
+                    left.discard(index)
+                    task = tasks[index]
+                    extra = {"array_job": job, "array_task": index, "array_size": len(tasks)}
+                    yield index, self._read_back(
+                        task.plan, task.request, f"{job}_{index}", state, limit,
+                        {"submitted_at": submitted, **extra},
+                    )  # fmt: skip
+                if left:
+                    time.sleep(self.poll_s)
+        finally:
+            if left:
+                with interrupts.shielded(raise_pending=False):
+                    self._cancel([job])
+            with self._lock:
+                self._jobs.discard(job)
+
+    def _stage(self, prepared: Prepared, request: LaunchRequest) -> _Task:
+        """The launch's plan on disk in its run folder, no outcome left from before."""
+        plan = self.venv.plan(prepared, request)
+        plan.log_dir.mkdir(parents=True, exist_ok=True)
+        task = _Task(plan, request, plan.log_dir / detached.PLAN_NAME,
+                     plan.log_dir / detached.OUTCOME_NAME)  # fmt: skip
+        task.outcome_file.unlink(missing_ok=True)
+        detached.write_plan(plan, task.plan_file)
+        return task
+
+    def _read_back(
+        self,
+        plan: LaunchPlan,
+        request: LaunchRequest,
+        job: str,
+        final: dict[str, str],
+        limit: str,
+        timing: dict[str, Any],
+    ) -> Launched | ReproboxError:
+        """An ended task: its slurm.json, then how it ended (its error, not raised)."""
+        data = detached.read_outcome(plan.log_dir / detached.OUTCOME_NAME)
         timing.update(
+            job=job,
+            time_limit=limit,
             read_at=time.time(),
             state=final.get("JobState", "unknown"),
             exit_code=final.get("ExitCode", ""),
@@ -212,14 +378,52 @@ class SlurmBackend:
             started_at=data.get("started_at") if data else None,
             ended_at=data.get("ended_at") if data else None,
         )
-        atomic_write(log_dir / JOB_FILE, _json(timing))
-        return self._launched(plan, request, job, final, data, limit)
+        atomic_write(plan.log_dir / JOB_FILE, _json(timing))
+        try:
+            return self._launched(plan, request, job, final, data, limit)
+        except ReproboxError as exc:
+            return exc
+
+    def _array_states(self, job: str) -> dict[int, dict[str, str]]:
+        """Each task's scontrol fields (a pending range stands for each of its tasks); {}
+        once slurmctld no longer knows the job. A failing scontrol is retried for a while:
+        a busy controller must not read as every task gone."""
+        failing_since = time.monotonic()
+        while True:
+            proc = self._run(["scontrol", "show", "job", "-o", job])
+            if proc.returncode == 0 or "Invalid job id" in proc.stderr:
+                break
+            if time.monotonic() - failing_since > GONE_AFTER_S:
+                why = (proc.stderr.strip().splitlines() or ["no answer"])[-1]
+                raise SlurmError(f"cannot read slurm job {job}: {why}")
+            time.sleep(self.poll_s)
+        states: dict[int, dict[str, str]] = {}
+        for line in proc.stdout.splitlines():
+            found = fields(line)
+            if "JobState" in found:
+                for index in task_ids(found.get("ArrayTaskId", "")):
+                    states[index] = found
+        return states
 
     # -- submitting, waiting, cancelling -------------------------------------------------
 
     def _client(self, argv: list[str], *, what: str, check: bool = True) -> str:
         """Run a Slurm client command in its own session (a Ctrl-C at the terminal is the
         harness's to handle: it cancels the jobs, which a killed client could not)."""
+        proc = self._run(argv)
+        if check and proc.returncode != 0:
+            lines = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            # sbatch ends a rejected option with a "Try sbatch --help" line: the first says why
+            said = [line for line in lines if "error" in line or "unrecognized" in line]
+            text = (said or lines or [f"exit {proc.returncode}"])[-1 if not said else 0]
+            if f"unrecognized option '{PYXIS}" in proc.stderr:
+                raise SlurmError(NO_PYXIS)
+            if "Unable to contact slurm controller" in proc.stderr:
+                raise SlurmError(f"cannot {what}: slurmctld does not answer ({text})")
+            raise ReproboxError(f"cannot {what}: {text}", exit_code=ExitCode.RUN_FAILED)
+        return proc.stdout
+
+    def _run(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
         try:
             proc = subprocess.run(
                 argv,
@@ -237,13 +441,7 @@ class SlurmBackend:
             ) from None
         if proc.returncode < 0 and -proc.returncode in (signal.SIGINT, signal.SIGTERM):
             raise KeyboardInterrupt
-        if check and proc.returncode != 0:
-            why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            text = why[-1] if why else f"exit {proc.returncode}"
-            if "Unable to contact slurm controller" in proc.stderr:
-                raise SlurmError(f"cannot {what}: slurmctld does not answer ({text})")
-            raise ReproboxError(f"cannot {what}: {text}", exit_code=ExitCode.RUN_FAILED)
-        return proc.stdout
+        return proc
 
     def _submit(self, argv: list[str]) -> str:
         out = self._client(["sbatch", *argv], what="submit the job (sbatch)")
@@ -341,6 +539,35 @@ class SlurmBackend:
                 f"outcome{where}"
             )
         return detached.launched(plan, data, request.lead.run_dir)
+
+
+def task_ids(spec: str) -> list[int]:
+    """The task indices of scontrol's ArrayTaskId: `3`, or a pending set `0-3%2`, `1,4-5`."""
+    ids: list[int] = []
+    for part in spec.split("%", 1)[0].split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            ids.extend(range(int(first), int(last or first) + 1))
+    return ids
+
+
+def array_script(tasks: Sequence[_Task]) -> str:
+    """The array's batch script: task i goes to launch i's run folder and runs its plan with
+    the harness's own launcher there (its output in that folder too)."""
+    lines = [
+        "#!/bin/sh",
+        "# reprobox: one array job; task N runs the launch plan in its own run folder.",
+        'case "$SLURM_ARRAY_TASK_ID" in',
+    ]
+    for index, task in enumerate(tasks):
+        runner = shlex.join(detached.runner_argv(task.plan_file, task.outcome_file))
+        where = shlex.quote(str(task.request.lead.run_dir))
+        lines.append(f"  {index}) cd {where} && exec {runner} ;;")
+    lines += [
+        '  *) echo "reprobox: no launch for array task $SLURM_ARRAY_TASK_ID" >&2; exit 2 ;;',
+        "esac",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _json(data: dict[str, Any]) -> str:
