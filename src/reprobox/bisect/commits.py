@@ -28,6 +28,7 @@ from reprobox.bisect.prober import (
     Target,
     answering,
     default_log,
+    pin_overrides,
     pipeline_probes,
 )
 from reprobox.bisect.search import BisectResult, bisect
@@ -76,6 +77,7 @@ def commit_bisect(
     name = canonicalize_name(package)
     if name not in repro.pinned_packages():
         raise BadInput(f"{package} is not a package that {repro.name} pins")
+    target = pin_overrides(target, [name])  # other packages' sources: one commit each
     if verify is not None and verify < 0:
         raise BadInput("--verify must be 0 or more")
     if (good is None) != (bad is None):
@@ -100,7 +102,7 @@ def commit_bisect(
     header: dict[str, Any] = {
         "kind": "commit", "repro": repro.name, "variant": target.variant, "package": name,
         "repo": url, "good": good, "bad": bad, "good_sha": good_sha, "bad_sha": bad_sha,
-        "platform": platform, "versions": shas,
+        "platform": platform, "versions": shas, **target.header(),
     }  # fmt: skip
     # not in the header: a search that descends into a merge resumes the first-parent one
     path = log_path or default_log(target, header)
@@ -171,7 +173,7 @@ def commit_probes(target: Target, package: str, url: str, runs: Path) -> Probes[
     repro, platform, settings = target.repro, target.options.platform, target.settings
 
     def source(sha: str) -> dict[str, str]:
-        return {package: f"git+{url}@{sha}"}
+        return target.packages({package: f"git+{url}@{sha}"})
 
     def lock_of(sha: str) -> Path:
         return pipeline.lock_for(repro, target.variant, platform, source(sha), settings=settings)
@@ -328,6 +330,8 @@ def known_verdicts(
         if earlier.id == own_dir.name or earlier.kind != "commit":
             continue
         if (earlier.package, earlier.variant, earlier.platform) != (package, variant, platform):
+            continue
+        if not target.same_overrides(earlier.overrides, earlier.override_commits):
             continue
         for probe in earlier.probes:
             if (verdict := probe.outcome) is not None:

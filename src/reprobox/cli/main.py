@@ -600,11 +600,6 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         raise BadInput("--confirm must be 0 or more")
     if not args.commits and (args.repo or args.tag_format or args.first_parent is not True):
         raise BadInput("--repo, --tag-format and --first-parent go with --commits")
-    if args.commits and target.overrides:
-        raise BadInput(
-            "--with and --with-editable go with release and date bisects and sweeps; a commit "
-            "bisect builds every other package from the repro's pins"
-        )
     if args.workers > 1 and (args.commits or args.by_date):
         ui.info("reprobox: --workers applies to release bisects; this one probes one at a time")
     with ui.BisectProgress(target.repro.name) as progress:
