@@ -7,6 +7,7 @@ nox -s verdicts                the newest verdict of every cell on disk, as a ta
 nox -s lock [-- REPRO]         regenerate the committed locks from repro.toml
 nox -s tests [-- PYTEST ARGS]  the test suite
 nox -s lint
+nox -s gpu_check [-- ARGS]     a one-GPU host with its own torch: verdicts as one JSON
 """
 
 from __future__ import annotations
@@ -119,6 +120,13 @@ def k8s(session: nox.Session) -> None:
 def image(session: nox.Session) -> None:
     """A variant's pinned image: -- REPRO --variant V [--platform P] [--run] [--push REGISTRY]."""
     _harness(session, "image")
+
+
+@nox.session(venv_backend="none")
+def gpu_check(session: nox.Session) -> None:
+    """A one-GPU host with its own torch: kl's 1-GPU pair and signed KL, lm_head, one JSON:
+    -- [--wheelhouse DIR] [--out FILE] [--dry-run]. Stops at once (125) with no GPU."""
+    _harness(session, "gpu-check")
 
 
 @nox.session(venv_backend="none")

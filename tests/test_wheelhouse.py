@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import newest_records, reprobox
+from reprobox.cli import wheelhouse as wheelhouse_cli
+from reprobox.core.errors import BadInput
 from reprobox.core.settings import Settings
 from reprobox.envs import wheelhouse
 
@@ -25,6 +27,33 @@ def test_lock_entries_keep_each_pin_with_its_hashes() -> None:
     entries = wheelhouse.lock_entries(text)
     assert [e.split(" ", 1)[0] for e in entries] == ["numpy==1.26.4", "torch==2.13.0+cpu"]
     assert "sha256:aa" in entries[0] and "sha256:bb" in entries[0] and "via" not in entries[0]
+
+
+def test_several_locks_share_pins_and_the_host_torch_family_is_left_out(tmp_path: Path) -> None:
+    one, two = tmp_path / "one.txt", tmp_path / "two.txt"
+    one.write_text(
+        "numpy==1.26.4 \\\n    --hash=sha256:aa\ntorch==2.9.1 \\\n    --hash=sha256:bb\n"
+        "nvidia-nccl-cu12==2.27.5 \\\n    --hash=sha256:cc\n"
+        "triton==3.5.1 \\\n    --hash=sha256:dd\n"
+        "nvidia-ml-py==13.580.82 \\\n    --hash=sha256:ee\n"
+    )
+    two.write_text("numpy==1.26.4 \\\n    --hash=sha256:aa\ncuda-toolkit==13.0.3.0\ntrl==0.7.2\n")
+    kept, left_out = wheelhouse.wanted_entries([one, two], torch_from_host=True)
+    assert [wheelhouse.entry_pin(e) for e in kept] == [
+        "numpy==1.26.4", "nvidia-ml-py==13.580.82", "trl==0.7.2"
+    ]  # fmt: skip
+    assert left_out == ["torch==2.9.1", "nvidia-nccl-cu12==2.27.5", "triton==3.5.1",
+                        "cuda-toolkit==13.0.3.0"]  # fmt: skip
+    every, none = wheelhouse.wanted_entries([one, two], torch_from_host=False)
+    assert len(every) == 7 and none == []
+
+
+def test_targets_name_repros_and_their_variants() -> None:
+    parsed = wheelhouse_cli.parse_targets(["kl:a,b", "lm_head"], [])
+    assert parsed == [("kl", ["a", "b"]), ("lm_head", [])]
+    assert wheelhouse_cli.parse_targets(["kl"], ["c"]) == [("kl", ["c"])]
+    with pytest.raises(BadInput, match="exactly one repro"):
+        wheelhouse_cli.parse_targets(["kl", "lm_head"], ["c"])
 
 
 def test_pip_platforms_widen_manylinux_to_the_older_tags() -> None:
@@ -69,3 +98,17 @@ def test_offline_install_and_run_from_a_wheelhouse(
     assert done.returncode == 0, done.stdout + done.stderr
     record = newest_records(toy_root / "results", "toy")["clean"]
     assert record["verdict"] == "clean" and record["status"] == "match"
+
+
+@pytest.mark.e2e
+def test_a_wheelhouse_for_a_host_with_its_own_torch_and_python(
+    toy_root: Path, tmp_path: Path
+) -> None:
+    house = tmp_path / "house"
+    made = reprobox("wheelhouse", "toy:clean", "--torch-from-host", "--python", "3.12",
+                    "-o", str(house), timeout=600)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    names = sorted(p.name for p in house.iterdir())
+    assert not any(n.startswith("torch-") for n in names), names
+    assert any(n.startswith("numpy-") and "cp312" in n for n in names), names
+    assert "left out, the host's torch gives them" in made.stdout + made.stderr

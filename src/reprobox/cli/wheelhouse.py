@@ -1,6 +1,9 @@
-"""The `wheelhouse` command: every wheel and sdist a variant's lock installs, in one folder, so
-a node with no internet installs it (`REPROBOX_WHEELHOUSE=DIR`). `cli.main` adds it with
-`register(subparsers)`; failures raise `ReproboxError`, which `cli.main` turns into one line.
+"""The `wheelhouse` command: every wheel and sdist the locks of some variants install, in one
+folder, so a node with no internet installs them (`REPROBOX_WHEELHOUSE=DIR`). Several repros
+and variants fill one folder, each pin once (`reprobox wheelhouse kl:fixed_1gpu lm_head`);
+`--torch-from-host` leaves out what a host with its own torch gives (torch's family). `cli.main`
+adds it with `register(subparsers)`, which also adds `gpu-check` (the check that runs from such
+a wheelhouse); failures raise `ReproboxError`, which `cli.main` turns into one line.
 """
 
 from __future__ import annotations
@@ -8,29 +11,55 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from reprobox.cli import gpu_check as gpu_check_cli
 from reprobox.cli import ui
+from reprobox.core.errors import BadInput
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `wheelhouse` to the `reprobox` parser."""
+    """Add `wheelhouse` (and `gpu-check`) to the `reprobox` parser."""
     parser = subparsers.add_parser(
         "wheelhouse",
         help="download every wheel/sdist a lock needs into a folder, for offline installs",
     )
-    parser.add_argument("repro", help="the repro whose lock to download")
+    parser.add_argument(
+        "targets", nargs="+", metavar="REPRO[:V,V]",
+        help="a repro, or a repro and its variants (default: its default variants on the "
+             "platform); several fill one folder",
+    )  # fmt: skip
     parser.add_argument(
         "--variant", action="append", default=[], metavar="V",
-        help="a variant (repeatable; default: the default variants on the platform)",
+        help="a variant of the one repro named (repeatable)",
     )  # fmt: skip
     parser.add_argument("--platform", default="cpu", help="whose locks (default: cpu)")
     parser.add_argument(
-        "--python", metavar="X.Y", help="the target's Python (default: the lock's own)"
+        "--python", metavar="X.Y", help="the target's Python (default: the locks' own)"
     )
     parser.add_argument(
         "--tag", metavar="TAG", help="the target's platform tag (default: manylinux_2_28_x86_64)"
     )
+    parser.add_argument(
+        "--torch-from-host", action="store_true",
+        help="the target has its own torch: leave out torch, triton, nvidia-* and cuda-* "
+             "(what REPROBOX_TORCH_SOURCE=host does not install)",
+    )  # fmt: skip
     parser.add_argument("-o", "--out", type=Path, required=True, help="the folder to fill")
     parser.set_defaults(handler=cmd_wheelhouse)
+    gpu_check_cli.register(subparsers)
+
+
+def parse_targets(targets: list[str], variants: list[str]) -> list[tuple[str, list[str]]]:
+    """`kl:a,b lm_head` -> [("kl", ["a", "b"]), ("lm_head", [])]; `--variant` names variants
+    of a single repro."""
+    parsed = []
+    for target in targets:
+        name, _, listed = target.partition(":")
+        parsed.append((name, [v for v in listed.split(",") if v]))
+    if variants:
+        if len(parsed) != 1:
+            raise BadInput("--variant needs exactly one repro; write REPRO:V,V for several")
+        parsed[0][1].extend(variants)
+    return parsed
 
 
 def cmd_wheelhouse(args: argparse.Namespace) -> int:
@@ -40,26 +69,38 @@ def cmd_wheelhouse(args: argparse.Namespace) -> int:
     from reprobox.run.pipeline import lock_for
 
     settings = getattr(args, "settings", None) or Settings.from_env()
-    repro = spec.load(settings.root, args.repro)
-    repro.platform(args.platform)
-    variants = list(dict.fromkeys(args.variant)) or [
-        v for v in repro.variants_on(args.platform) if repro.variant(v).default
-    ]
-    lock_python = repro.python(args.platform)
-    python = args.python or lock_python
-    total = None
-    for variant in variants:
-        repro.variant(variant)  # an unknown variant: one line naming the known ones
-        lock = lock_for(repro, variant, args.platform, settings=settings)
-        ui.info(f"wheelhouse {repro.name} {variant}: downloading what {lock.name} pins")
-        total = wheelhouse.download(
-            lock, args.out.resolve(), python=python, lock_python=lock_python,
-            tag=args.tag or wheelhouse.DEFAULT_TAG, settings=settings,
-        )  # fmt: skip
-    if total is not None:
-        checked = "hashes checked" if total.hashes_checked else "hashes NOT checked (other Python)"
-        ui.info(
-            f"wheelhouse: {len(total.files)} files, {total.bytes / 2**20:.1f} MiB in "
-            f"{total.path} ({checked}); install from it with REPROBOX_WHEELHOUSE={total.path}"
+    locks: list[Path] = []
+    pythons: set[str] = set()
+    for name, asked in parse_targets(args.targets, args.variant):
+        repro = spec.load(settings.root, name)
+        repro.platform(args.platform)
+        variants = list(dict.fromkeys(asked)) or [
+            v for v in repro.variants_on(args.platform) if repro.variant(v).default
+        ]
+        pythons.add(repro.python(args.platform))
+        for variant in variants:
+            repro.variant(variant)  # an unknown variant: one line naming the known ones
+            locks.append(lock_for(repro, variant, args.platform, settings=settings))
+            ui.info(f"wheelhouse {repro.name} {variant}: {locks[-1].name}")
+    if not args.python and len(pythons) > 1:
+        raise BadInput(
+            f"the locks are for Pythons {', '.join(sorted(pythons))}: say the target's, --python"
         )
+    lock_python = min(pythons)
+    house = wheelhouse.download(
+        locks, args.out.resolve(), python=args.python or lock_python,
+        lock_python=lock_python if len(pythons) == 1 else "", torch_from_host=args.torch_from_host,
+        tag=args.tag or wheelhouse.DEFAULT_TAG, settings=settings,
+    )  # fmt: skip
+    checked = "hashes checked" if house.hashes_checked else "hashes NOT checked (other Python)"
+    ui.info(
+        f"wheelhouse: {len(house.files)} files, {house.bytes / 2**20:.1f} MiB in "
+        f"{house.path} ({checked}); install from it with REPROBOX_WHEELHOUSE={house.path}"
+    )
+    largest = ", ".join(f"{n} {b / 2**20:.1f} MiB" for n, b in house.largest(5))
+    ui.info(f"largest: {largest}")
+    if sources := wheelhouse.sdists(house):
+        ui.info(f"built at install (sdists): {', '.join(sources)}")
+    if house.left_out:
+        ui.info(f"left out, the host's torch gives them: {len(house.left_out)} pins")
     return 0

@@ -5,7 +5,9 @@ has it, each distribution a lock pins, for the target's Python and platform tag;
 `REPROBOX_WHEELHOUSE=DIR` installs then read only that folder (`--no-index --find-links`).
 uv has no `pip download`, so pip downloads, one pinned entry at a time (`--no-deps`: the lock
 is already the full set), with the lock's hashes checked where the target Python is the
-lock's own.
+lock's own. Several locks (variants, repros) fill one folder: each pin is downloaded once. For a
+host that brings its own torch (`torch_from_host`), torch's family is left out by the same
+predicate the host-torch lock flavour uses (`locks.host_provided`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +34,12 @@ class Wheelhouse:
     files: tuple[str, ...]
     bytes: int
     hashes_checked: bool
+    left_out: tuple[str, ...] = ()  # pins the host provides (torch's family), not downloaded
+
+    def largest(self, n: int = 5) -> list[tuple[str, int]]:
+        """The `n` largest files and their sizes in bytes: what to drop if it is too big."""
+        sizes = [(name, (self.path / name).stat().st_size) for name in self.files]
+        return sorted(sizes, key=lambda item: -item[1])[:n]
 
 
 def lock_entries(lock_text: str) -> list[str]:
@@ -74,14 +83,48 @@ def pip_command() -> list[str]:
     raise EnvError("pip is not available to download a wheelhouse (python -m pip)")
 
 
+def entry_name(entry: str) -> str:
+    """The distribution a lock entry pins (`numpy==1.26.4 \\ ...` -> `numpy`)."""
+    return entry.split("==", 1)[0].split(" ", 1)[0].strip()
+
+
+def entry_pin(entry: str) -> str:
+    """The entry without its hashes (`numpy==1.26.4`): what two locks share."""
+    return entry.split("\\", 1)[0].strip()
+
+
+def wanted_entries(locks: Sequence[Path], *, torch_from_host: bool) -> tuple[list[str], list[str]]:
+    """The entries of every lock, each pin once, and the pins left out because the host
+    gives them (torch's family, with `torch_from_host`: the host flavour's own rule)."""
+    from reprobox.envs.locks import host_provided  # locks imports this module
+
+    wanted: dict[str, str] = {}
+    left_out: dict[str, None] = {}
+    for lock in locks:
+        for entry in lock_entries(lock.read_text()):
+            if torch_from_host and host_provided(entry_name(entry)):
+                left_out[entry_pin(entry)] = None
+            else:
+                wanted.setdefault(entry_pin(entry), entry)
+    return list(wanted.values()), list(left_out)
+
+
 def download(
-    lock: Path, dest: Path, *, python: str, lock_python: str, tag: str, settings: Settings
+    locks: Sequence[Path],
+    dest: Path,
+    *,
+    python: str,
+    lock_python: str,
+    tag: str,
+    settings: Settings,
+    torch_from_host: bool = False,
 ) -> Wheelhouse:
-    """Download every distribution `lock` pins into `dest` for `python` and `tag`.
+    """Download every distribution `locks` pin into `dest` for `python` and `tag`, each once.
 
     A wheel is preferred; a distribution without one for the target (deepspeed is an sdist)
-    is downloaded as its sdist. Hashes are checked when `python` is the lock's own (the same
-    files); for another Python the files differ and the lock's hashes cannot apply."""
+    is downloaded as its sdist. Hashes are checked when `python` is the locks' own (the same
+    files); for another Python the files differ and the lock's hashes cannot apply. With
+    `torch_from_host`, torch's family is not downloaded (the host's torch is used)."""
     dest.mkdir(parents=True, exist_ok=True)
     hashes = python == lock_python
     pip = pip_command()
@@ -89,11 +132,11 @@ def download(
     target = [f"--platform={p}" for p in pip_platforms(tag)]
     target += ["--python-version", python, "--implementation", "cp"]
     base = [*pip, "download", "--no-deps", "--quiet", "--dest", str(dest), *links, *target]
-    text = lock.read_text()
+    entries, left_out = wanted_entries(locks, torch_from_host=torch_from_host)
     with tempfile.TemporaryDirectory(prefix="reprobox-wheelhouse-") as scratch:
-        for entry in lock_entries(text):
+        for entry in entries:
             req = Path(scratch) / "entry.txt"
-            req.write_text(entry if hashes else entry.split("\\", 1)[0].strip() + "\n")
+            req.write_text(entry if hashes else entry_pin(entry) + "\n")
             wheel = subprocess.run([*base, "--only-binary=:all:", "-r", str(req)],
                                    capture_output=True, text=True, check=False)  # fmt: skip
             if wheel.returncode == 0:
@@ -101,12 +144,19 @@ def download(
             sdist = subprocess.run([*base, "--no-binary=:all:", "-r", str(req)],
                                    capture_output=True, text=True, check=False)  # fmt: skip
             if sdist.returncode != 0:
-                name = entry.split(" ", 1)[0].strip()
                 why = (wheel.stderr.strip().splitlines() or ["no message"])[-1]
-                raise EnvError(f"cannot download {name} for Python {python}, {tag}: {why}")
+                raise EnvError(
+                    f"cannot download {entry_pin(entry)} for Python {python}, {tag}: {why}"
+                )
     files = tuple(sorted(p.name for p in dest.iterdir() if p.is_file()))
     size = sum((dest / f).stat().st_size for f in files)
-    return Wheelhouse(dest, files, size, hashes)
+    return Wheelhouse(dest, files, size, hashes, tuple(left_out))
+
+
+def sdists(house: Wheelhouse) -> list[str]:
+    """The files that are sources, not wheels: each is built on the target at install (a
+    compiler, or Rust, may be needed there)."""
+    return [name for name in house.files if not name.endswith(".whl")]
 
 
 def install_args(settings: Settings) -> list[str]:

@@ -1,0 +1,130 @@
+"""The prepared GPU check (`nox -s gpu_check`, `reprobox gpu-check`): on a host without a GPU it
+stops at once with "no GPU" and a nonzero exit, never a pretend result; its plan fits the
+budget; only records this check wrote are reported."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ROOT, reprobox
+from reprobox.cli import gpu_check
+from reprobox.core.records import Record, RecordStore
+
+
+def _path_without_nvidia_smi(extra: Path | None = None) -> str:
+    """PATH minus any folder holding nvidia-smi (so a GPU host runs this test as a CPU one)."""
+    dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d and not (Path(d) / "nvidia-smi").exists()]  # fmt: skip
+    return os.pathsep.join([*([str(extra)] if extra else []), *dirs])
+
+
+def test_nox_gpu_check_stops_at_once_with_no_gpu() -> None:
+    nox = Path(sys.executable).parent / "nox"
+    env = {**os.environ, "PATH": _path_without_nvidia_smi()}
+    started = time.monotonic()
+    done = subprocess.run([nox, "-s", "gpu_check"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    took = time.monotonic() - started
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    errors = [line for line in out.splitlines() if line.startswith("reprobox: error:")]
+    assert len(errors) == 1 and "no GPU" in errors[0], out
+    assert "exit code 125" in out and "Traceback" not in out, out
+    assert took < 120, took  # nothing installed nor launched before the probe
+
+
+def test_dry_run_prints_the_plan_and_says_no_gpu(tmp_path: Path) -> None:
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "deepspeed-0.19.8.tar.gz").write_bytes(b"x" * 1024)
+    (house / "trl-0.7.1-py3-none-any.whl").write_bytes(b"x" * 2048)
+    env = {"PATH": _path_without_nvidia_smi()}
+    done = subprocess.run(
+        [sys.executable, "-m", "reprobox", "gpu-check", "--dry-run", "--wheelhouse", str(house)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **env},
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    for cell in gpu_check.PLAN:
+        assert f"{cell.repro} {', '.join(cell.variants) or 'default variants'}: cap" in out, out
+    assert "2 files" in out and "sdists deepspeed-0.19.8.tar.gz" in out, out
+    assert "no GPU" in out and "would stop here" in out, out
+
+
+def test_a_listed_gpu_that_the_host_torch_cannot_use_is_no_gpu(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"  # a driver that lists a GPU; the host Python has no CUDA torch
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H200, 580.00, 143771 MiB'\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    old = os.environ["PATH"]
+    try:
+        os.environ["PATH"] = _path_without_nvidia_smi(bin_dir)
+        facts = gpu_check.probe_host(sys.executable)
+    finally:
+        os.environ["PATH"] = old
+    assert facts.gpus == [{"name": "NVIDIA H200", "driver": "580.00", "memory": "143771 MiB"}]
+    assert facts.problem.startswith("no GPU"), facts.problem
+
+
+def test_the_caps_sum_under_the_budget() -> None:
+    caps = [cell.cap(gpu_check.BUDGET_S) for cell in gpu_check.PLAN]
+    assert gpu_check.BUDGET_S == 480 and sum(caps) + gpu_check.PROBE_S <= gpu_check.BUDGET_S
+    assert all(cap >= 60 for cap in caps), caps
+    gpu_check.check_plan(ROOT)  # every planned variant exists and runs on platform gpu
+
+
+def test_the_check_exit_reads_every_cell() -> None:
+    def cell(exit_code: int, *statuses: str, may_not_test: bool = False) -> dict[str, object]:
+        records = [{"status": s} for s in statuses]
+        return {"exit": exit_code, "records": records, "may_not_test": may_not_test}
+
+    lm_head_on_one_gpu = cell(125, "error", may_not_test=True)
+    assert gpu_check.check_exit([cell(0, "match"), cell(0, "recorded"), lm_head_on_one_gpu]) == 0
+    assert gpu_check.check_exit([cell(0, "match"), cell(1, "mismatch")]) == 1
+    assert gpu_check.check_exit([cell(0, "match"), cell(124)]) == 124
+    assert gpu_check.check_exit([cell(125, "error")]) == 125  # kl that cannot test: no answer
+    assert gpu_check.check_exit([cell(0)]) == 4  # exit 0 but no record: not a result
+
+
+def test_only_records_this_check_wrote_are_reported(tmp_path: Path) -> None:
+    store = RecordStore(tmp_path)
+    for started, variant in (("2026-11-30T10:00:00Z", "fixed_1gpu"),
+                             ("2026-12-01T12:00:05Z", "zero2_bf16_1gpu")):  # fmt: skip
+        run_dir = store.new_run_dir("kl", f"{variant}-gpu")
+        Record(repro="kl", variant=variant, label=variant, expect="reproduced",
+               status="match", verdict="reproduced", platform="gpu", started_at=started,
+               dir=str(run_dir), metrics={"max_abs_kl_step0": 0.01}).save()  # fmt: skip
+    found = gpu_check.cell_results(
+        "kl", ("zero2_bf16_1gpu", "fixed_1gpu"), "2026-12-01T12:00:00Z", tmp_path
+    )
+    assert [r["variant"] for r in found] == ["zero2_bf16_1gpu"]
+    assert found[0]["metrics"] == {"max_abs_kl_step0": 0.01}
+
+
+def test_a_budget_below_the_probe_is_bad_input() -> None:
+    done = reprobox("gpu-check", "--dry-run", "--budget", "10", timeout=120)
+    assert done.returncode == 2 and "--budget" in done.stderr, done.stderr
+
+
+def test_a_cell_this_host_cannot_run_ends_cannot_test_with_the_reason(tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": _path_without_nvidia_smi(), "REPROBOX_RESULTS": str(tmp_path)}
+    cell = gpu_check.PlannedCell("lm_head", (), 1.0, "4 ranks")
+    code, _, log = gpu_check.run_cell(cell, 120, env, tmp_path)
+    assert code == 125, log.read_text()
+    assert "cannot test here" in gpu_check.last_error(log) and "GPU" in gpu_check.last_error(log)
+    records = gpu_check.cell_results("lm_head", (), "2000-01-01T00:00:00Z", tmp_path)
+    assert sorted(r["variant"] for r in records) == ["avg_op", "broken", "fixed", "untied"]
+    assert all(r["exit_code"] == 125 and "cannot test here" in r["reason"] for r in records)
+
+
+def test_a_cell_past_its_cap_is_stopped_and_reads_as_a_timeout(tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": _path_without_nvidia_smi(), "REPROBOX_RESULTS": str(tmp_path)}
+    cell = gpu_check.PlannedCell("kl", ("zero2_bf16_1gpu",), 1.0, "broken")
+    code, wall, _ = gpu_check.run_cell(cell, 0.2, env, tmp_path)
+    assert code == 124 and wall < gpu_check.GRACE_S + 5, wall
