@@ -5,6 +5,7 @@ run in test_repros_e2e.py, with the numbers they must show)."""
 from __future__ import annotations
 
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -48,6 +49,94 @@ def test_forward_probe_criterion_ignores_generation_noise() -> None:
     assert ppo_step0.summarize(noisy, "forward-probe")[0] == "clean"
     split = [_rank(0, 0.049, -0.0005, 0.078), _rank(1, 0.049, -0.0005, 0.078)]
     assert ppo_step0.summarize(split, "forward-probe")[0] == "reproduced"
+
+
+def _signed(rank: int, values: list[float], seeds: int = 4) -> dict:
+    """A rank's signed-KL measurement: per-sequence KLs and trl's per-seed batch means."""
+    size = max(1, len(values) // seeds)
+    batches = [values[i : i + size] for i in range(0, len(values), size)]
+    return {
+        "rank": rank, "kl_per_sequence": values, "max_abs_logp_diff": 0.1,
+        "objective_kl_per_seed": [sum(b) / len(b) for b in batches],
+    }  # fmt: skip
+
+
+def _noise(n: int, mean: float, seed: int, sd: float = 0.05) -> list[float]:
+    import random
+
+    rng = random.Random(seed)
+    return [rng.gauss(mean, sd) for _ in range(n)]
+
+
+def test_signed_kl_summary_counts_and_states_its_numbers() -> None:
+    ranks = [_signed(0, [-0.01, 0.02, -0.03, 0.0] * 100), _signed(1, _noise(400, 0.0, 1))]
+    verdict, metrics, reason, measurement = ppo_step0.summarize_signed(ranks)
+    row0, _, pooled = measurement["rows"]
+    assert (row0["group"], row0["n"], pooled["group"], pooled["n"]) == ("rank 0", 400, "all", 800)
+    assert row0["mean"] == pytest.approx(-0.005)
+    assert row0["fraction_negative"] == 0.5  # the zeros are neither sign
+    assert row0["se"] == pytest.approx(statistics.stdev(ranks[0]["kl_per_sequence"]) / 20)
+    assert row0["z"] == pytest.approx(row0["mean"] / row0["se"])
+    assert metrics["signed_kl_n"] == 800 and metrics["signed_kl_mean_rank0"] == row0["mean"]
+    assert verdict == "clean" and metrics["signed_kl_negative_z"] == 0.0
+    assert measurement["conclusion"].startswith("the sign is noise at this sample size")
+    assert f"pooled z = {pooled['z']:+.2f}" in reason and "rank 0: n = 400" in reason
+
+
+def test_a_large_consistent_negative_kl_is_systematic() -> None:
+    ranks = [_signed(0, _noise(1000, -0.02, 1)), _signed(1, _noise(1000, -0.02, 2))]
+    verdict, metrics, reason, measurement = ppo_step0.summarize_signed(ranks)
+    assert verdict == "reproduced", reason
+    assert measurement["conclusion"].startswith("systematically negative")
+    assert metrics["signed_kl_negative_z"] == -metrics["signed_kl_z"] > 3
+    assert metrics["signed_kl_systematic"] == -1.0
+    ranks = [_signed(0, _noise(1000, 0.02, 1)), _signed(1, _noise(1000, 0.02, 2))]
+    verdict, metrics, _, measurement = ppo_step0.summarize_signed(ranks)
+    assert verdict == "clean" and metrics["signed_kl_negative_z"] == 0.0
+    assert measurement["conclusion"].startswith("systematically positive")
+
+
+def test_few_sequences_with_a_big_mean_are_not_systematic() -> None:
+    """Two sequences of -5 have a huge z (their spread is tiny), and prove nothing."""
+    verdict, metrics, _, measurement = ppo_step0.summarize_signed(
+        [_signed(0, [-5.0, -5.0001], seeds=2), _signed(1, [-5.0002, -5.0], seeds=2)]
+    )
+    assert metrics["signed_kl_z"] < -1000  # the numbers lie...
+    assert verdict == "clean" and metrics["signed_kl_negative_z"] == 0.0  # ...and are not believed
+    assert measurement["conclusion"].startswith("too few to tell a sign (rank 0 below 200")
+
+
+def test_ranks_of_opposite_sign_are_not_systematic() -> None:
+    ranks = [_signed(0, _noise(2000, -0.05, 1)), _signed(1, _noise(2000, 0.01, 2))]
+    verdict, metrics, _, measurement = ppo_step0.summarize_signed(ranks)
+    assert metrics["signed_kl_z"] < -3  # the pooled mean alone would say "negative"
+    assert metrics["signed_kl_mean_rank0"] < 0 < metrics["signed_kl_mean_rank1"]
+    assert verdict == "clean" and metrics["signed_kl_negative_z"] == 0.0
+    assert "the ranks disagree in sign" in measurement["conclusion"]
+
+
+def test_seed_batches_that_disagree_overrule_the_sequence_count() -> None:
+    """One seed's batch far off and the rest near 0: the sequences look many and negative,
+    but it is one batch's shift (sequences of a batch are not independent)."""
+    values = [-0.2] * 250 + _noise(750, 0.0, 3, sd=0.001)
+    ranks = [_signed(0, values), _signed(1, [-0.2] * 250 + _noise(750, 0.0, 4, sd=0.001))]
+    verdict, metrics, _, measurement = ppo_step0.summarize_signed(ranks)
+    assert metrics["signed_kl_z"] < -3 and abs(metrics["signed_kl_z_seed_batches"]) < 3
+    assert verdict == "clean"
+    assert "seed batches' means do not bear it out" in measurement["conclusion"]
+
+
+def test_an_exactly_zero_kl_has_no_sign() -> None:
+    ranks = [_signed(0, [0.0] * 500), _signed(1, [0.0] * 500)]
+    verdict, metrics, _, measurement = ppo_step0.summarize_signed(ranks)
+    assert verdict == "clean" and metrics["signed_kl_z"] == 0.0
+    assert "exactly 0 on every sequence" in measurement["conclusion"]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_kl_is_an_error(bad: float) -> None:
+    with pytest.raises(ValueError, match="not finite"):
+        ppo_step0.summarize_signed([_signed(0, [0.01] * 300 + [bad]), _signed(1, [0.0] * 300)])
 
 
 @pytest.mark.parametrize(
@@ -201,3 +290,35 @@ def test_newer_generations(results: Path) -> None:
     assert records["trl019_bf16_accelerate_only"]["verdict"] == "reproduced"
     assert records["trl019_bf16_ppo_config"]["verdict"] == "clean"
     assert records["trl112_bf16_accelerate_only"]["verdict"] == "clean"
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_signed_kl_is_recorded_with_a_conclusion_from_its_own_numbers(results: Path) -> None:
+    """The open question's measurement (trl 0.7.1, ZeRO-2 + bf16, 2 ranks), through the real
+    CLI: recorded, not judged; >= 2,000 sequences; its conclusion is what its numbers allow."""
+    done = reprobox("run", "kl", "--variant", "signed_kl", timeout=1200)
+    assert done.returncode == ExitCode.OK, done.stderr
+    record = newest_records(results, "kl")["signed_kl"]
+    assert record["status"] == "recorded" and record["expect"] == "unknown"
+    result = record["result"]
+    rows = {row["group"]: row for row in result["measurement"]["rows"]}
+    assert set(rows) == {"rank 0", "rank 1", "all"}
+    assert rows["all"]["n"] >= 2000 and rows["all"]["n"] == rows["rank 0"]["n"] * 2
+    # the figures are those of the per-sequence values it recorded
+    for rank in result["ranks"]:
+        assert len(rank["objective_kl_per_seed"]) == 8
+        group = f"rank {rank['rank']}"
+        again = {"group": group, **ppo_step0.kl_stats(rank["kl_per_sequence"])}
+        assert again == pytest.approx(rows[group])
+    verdict, metrics, reason, measurement = ppo_step0.summarize_signed(result["ranks"])
+    assert (record["verdict"], record["metrics"], record["reason"]) == (verdict, metrics, reason)
+    z = rows["all"]["z"]
+    assert z == pytest.approx(rows["all"]["mean"] / rows["all"]["se"])
+    conclusion = measurement["conclusion"]
+    if abs(z) <= ppo_step0.Z_THRESHOLD:
+        assert conclusion.startswith("the sign is noise at this sample size"), conclusion
+    assert f"pooled z = {z:+.2f}" in conclusion
+    assert conclusion in record["reason"] and conclusion in done.stderr + done.stdout
+    # the dtype split of #506 is there: the KL is not 0, only its sign is in question
+    assert metrics["max_abs_logp_diff"] > 1e-3

@@ -296,6 +296,88 @@ def test_cells_that_never_ran_are_listed_apart(ppo_root: Path) -> None:
     assert "### Problems" not in comment and "trl=99.0.0 |" not in comment
 
 
+SIGNED_VARIANT = """
+[variants.signed]
+expect = "unknown"
+default = false
+description = "the signed step-0 KL over many sequences"
+args = ["--criterion", "signed-kl"]
+verdict = { reproduced_if = [{ metric = "signed_kl_negative_z", above = 3.0 }] }
+"""
+
+SIGNED_MEASUREMENT = {
+    "name": "signed step-0 KL per sequence",
+    "rows": [
+        {"group": "rank 0", "n": 4096, "mean": 0.00017, "se": 0.000694,
+         "fraction_negative": 0.505, "z": 0.245},
+        {"group": "rank 1", "n": 4096, "mean": 0.000358, "se": 0.000706,
+         "fraction_negative": 0.501, "z": 0.507},
+        {"group": "all", "n": 8192, "mean": 0.000264, "se": 0.000495,
+         "fraction_negative": 0.503, "z": 0.533},
+    ],
+    # text from the script: a mention, a reference, a comment opener, a table pipe
+    "conclusion": "the sign is noise at this sample size (pooled z = +0.53) @team #506 <!-- |",
+}  # fmt: skip
+
+
+def _recorded(root: Path, measurement: object) -> Record:
+    """A cell expected `unknown` that recorded a measurement (status recorded, not judged)."""
+    record = save_record(root, "signed", "clean", expect="unknown", reason="noise, z = +0.53")
+    record.status = "recorded"
+    record.metrics = {"signed_kl_negative_z": 0.0, "signed_kl_z": 0.533, "signed_kl_n": 8192.0}
+    record.result = {**record.result, "metrics": record.metrics, "measurement": measurement}
+    record.save()
+    return record
+
+
+def test_a_recorded_measurement_has_its_own_section(ppo_root: Path) -> None:
+    """The signed-KL measurement of kl is shown as what it measured and what its script
+    concludes, not as a verdict in the pass/fail table."""
+    toml = ppo_root / "repros" / "ppo" / "repro.toml"
+    toml.write_text(toml.read_text() + SIGNED_VARIANT)
+    _recorded(ppo_root, SIGNED_MEASUREMENT)
+    comment = report.write_report(ppo_root, "ppo", NO_ENV).comment.read_text()
+    results = comment.split("### Results", 1)[1].split("### Measurements", 1)[0]
+    assert "`signed`" not in results and "signed_kl" not in results  # no pass or fail
+    assert "`broken` | ✅ reproduced" in results
+    assert comment.startswith("**Reproduced** with ")  # the bug's cell still heads it
+    assert "`signed` recorded a measurement (see *Measurements*)." in comment
+    section = comment.split("### Measurements", 1)[1]
+    assert section.startswith(
+        "\n\nRecorded, not judged (expect `unknown`): the figures and the conclusion are "
+        "the script's own.\n\n`signed`: the signed step-0 KL over many sequences\n\n"
+        "Measured: signed step-0 KL per sequence.\n\n"
+        "|  | n | mean ± SE | negative | z = mean / SE |\n|---|---|---|---|---|\n"
+        "| rank 0 | 4096 | +0.00017 ± 0.00069 | 50.5% | +0.24 |\n"
+        "| rank 1 | 4096 | +0.000358 ± 0.00071 | 50.1% | +0.51 |\n"
+        "| all | 8192 | +0.000264 ± 0.00049 | 50.3% | +0.53 |\n\n"
+    )
+    # the script's words, escaped: no mention, no reference, no comment, no cell split
+    assert (
+        "**Conclusion:** the sign is noise at this sample size (pooled z = +0.53) "
+        "@\u2060team #\u2060506 &lt;\\!-- \\|"
+    ) in section
+    assert "as with `fixed`." in comment  # a measurement is not a clean run
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [None, "z = 0.5", {"rows": [], "conclusion": "noise"},
+     {"rows": [{**SIGNED_MEASUREMENT["rows"][0], "z": float("nan")}], "conclusion": "noise"},
+     {"rows": SIGNED_MEASUREMENT["rows"]}],
+    ids=["none", "text", "no-rows", "nan", "no-conclusion"],
+)  # fmt: skip
+def test_a_malformed_measurement_is_shown_as_a_verdict(ppo_root: Path, bad: object) -> None:
+    """Only a measurement the report can read whole gets the section; anything else stays a
+    row of the results table, where its verdict and status are."""
+    toml = ppo_root / "repros" / "ppo" / "repro.toml"
+    toml.write_text(toml.read_text() + SIGNED_VARIANT)
+    _recorded(ppo_root, bad)
+    comment = report.write_report(ppo_root, "ppo", NO_ENV).comment.read_text()
+    assert "### Measurements" not in comment
+    assert "| `signed` | ℹ️ clean |" in comment
+
+
 def test_only_and_since_leave_cells_out(ppo_root: Path) -> None:
     save_record(ppo_root, "fixed", "clean", started="2026-12-02T00:00:00Z")
     only = report.write_report(ppo_root, "ppo", report.ReportOptions(only=("broken",),

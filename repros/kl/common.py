@@ -86,14 +86,17 @@ def step_measure(logprobs, ref_logprobs, mask) -> dict:
     """What step 0 must show when policy == reference: zero difference on every response token.
 
     ``local_kl`` is trl's own formula for objective/kl (old API): mean over sequences of the
-    masked sum of logprob - ref_logprob, on this rank only.
+    masked sum of logprob - ref_logprob, on this rank only; ``kl_per_sequence`` is that masked
+    sum per sequence (what the mean averages: trl's ``objective/kl_dist``).
     """
 
     diff = (logprobs.float() - ref_logprobs.float()) * mask
     on = mask.bool()
+    per_sequence = diff.sum(-1)
     return {
         "max_abs_logp_diff": float(diff.abs().max()) if on.any() else 0.0,
-        "local_kl": float(diff.sum(-1).mean()),
+        "local_kl": float(per_sequence.mean()),
+        "kl_per_sequence": [float(x) for x in per_sequence],
         "response_tokens": int(on.sum()),
         "tokens_differing": int(((diff != 0) & on).sum()),
         "logprobs_dtype": str(logprobs.dtype).replace("torch.", ""),

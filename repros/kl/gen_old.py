@@ -10,21 +10,14 @@ and calls the original unchanged.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 import common
 
 
-def run(args, log) -> dict:
-    import time
-
-    phases = {}
-    t = time.time()
-    import torch
-    from accelerate import Accelerator
-    from datasets import Dataset
-    from transformers import AutoTokenizer
-
+def _api():
+    """trl's old-API names, or CannotTest when this trl has none."""
     try:
         from trl import AutoModelForCausalLMWithValueHead, PPOConfig, PPOTrainer, set_seed
     except ImportError as exc:
@@ -33,13 +26,16 @@ def run(args, log) -> dict:
         ):
             raise  # trl is there but fails to import: an error, not a missing API
         raise common.CannotTest(f"this trl has no old-API PPOTrainer: {exc}") from exc
+    return AutoModelForCausalLMWithValueHead, PPOConfig, PPOTrainer, set_seed
 
-    phases["import"] = time.time() - t
-    t = time.time()
-    accelerator = Accelerator()  # as in the example; PPOTrainer builds its own on the same state
-    phases["accelerator"] = time.time() - t
-    t = time.time()
-    path = common.model_path(args, log)
+
+def _trainer(args, log, path, tokenizer, seed: int, n_rows: int):
+    """The example's PPOTrainer: fresh policy and reference from `path`, `n_rows` queries made
+    from `seed`, and a read-only tap on trl's own KL inputs (the list it fills, one entry per
+    step)."""
+    from datasets import Dataset
+
+    value_head_model, PPOConfig, PPOTrainer, set_seed = _api()
     wanted = dict(
         model_name=path,
         learning_rate=1.41e-5,
@@ -50,32 +46,24 @@ def run(args, log) -> dict:
         early_stopping=False,
         target_kl=0.1,
         kl_penalty="kl",
-        seed=args.seed,
+        seed=seed,
     )
     fields = {f.name for f in dataclasses.fields(PPOConfig)}
     config = PPOConfig(**{k: v for k, v in wanted.items() if k in fields})
-
-    phases["ppo_config"] = time.time() - t
-    t = time.time()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    tokenizer.pad_token = tokenizer.eos_token
-    n_rows = args.batch_size * accelerator.num_processes * args.steps
-    dataset = Dataset.from_list(common.query_rows(args, tokenizer, n_rows))
+    dataset = Dataset.from_list(
+        common.query_rows(argparse.Namespace(**{**vars(args), "seed": seed}), tokenizer, n_rows)
+    )
     dataset.set_format(type="torch")
 
     def collator(data):
         return dict((key, [d[key] for d in data]) for key in data[0])
 
-    phases["tokenizer_data"] = time.time() - t
-    t = time.time()
     set_seed(config.seed)
-    model = AutoModelForCausalLMWithValueHead.from_pretrained(path)
-    ref_model = AutoModelForCausalLMWithValueHead.from_pretrained(path)
+    model = value_head_model.from_pretrained(path)
+    ref_model = value_head_model.from_pretrained(path)
     trainer = PPOTrainer(
         config, model, ref_model, tokenizer, dataset=dataset, data_collator=collator
     )
-    phases["trainer_init"] = time.time() - t  # DeepSpeed init (and its one-time op build)
-
     captured: list[dict] = []
     original = trainer.record_step_stats
 
@@ -84,6 +72,50 @@ def run(args, log) -> dict:
         return original(*a, **data)
 
     trainer.record_step_stats = record_step_stats
+    return trainer, captured
+
+
+def _one_step(trainer, batch, tokenizer, reward, generation_kwargs, generate_batch: int) -> float:
+    """trl's own generate + step on one batch; its objective/kl."""
+    import torch
+
+    query_tensors = batch["input_ids"]
+    response_tensors = trainer.generate(
+        query_tensors, return_prompt=False, batch_size=generate_batch, **generation_kwargs
+    )
+    batch["response"] = tokenizer.batch_decode(response_tensors)
+    texts = [q + r for q, r in zip(batch["query"], batch["response"], strict=True)]
+    rewards = [torch.tensor(float(s)) for s in reward(texts)]
+    stats = trainer.step(query_tensors, response_tensors, rewards)
+    return float(stats["objective/kl"])
+
+
+def run(args, log) -> dict:
+    if args.criterion == "signed-kl":
+        return run_signed_kl(args, log)
+    import time
+
+    phases = {}
+    t = time.time()
+    from accelerate import Accelerator
+    from transformers import AutoTokenizer
+
+    _api()
+    phases["import"] = time.time() - t
+    t = time.time()
+    accelerator = Accelerator()  # as in the example; PPOTrainer builds its own on the same state
+    phases["accelerator"] = time.time() - t
+    t = time.time()
+    path = common.model_path(args, log)
+    phases["ppo_config"] = time.time() - t
+    t = time.time()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.pad_token = tokenizer.eos_token
+    n_rows = args.batch_size * accelerator.num_processes * args.steps
+    phases["tokenizer_data"] = time.time() - t
+    t = time.time()
+    trainer, captured = _trainer(args, log, path, tokenizer, args.seed, n_rows)
+    phases["trainer_init"] = time.time() - t  # DeepSpeed init (and its one-time op build)
 
     reward = common.reward_function(args, trainer.accelerator.device)
     generation_kwargs = dict(
@@ -109,13 +141,8 @@ def run(args, log) -> dict:
     for step, batch in enumerate(trainer.dataloader):
         if step >= args.steps:
             break
-        query_tensors = batch["input_ids"]
-        response_tensors = trainer.generate(query_tensors, return_prompt=False, **generation_kwargs)
-        batch["response"] = tokenizer.batch_decode(response_tensors)
-        texts = [q + r for q, r in zip(batch["query"], batch["response"], strict=True)]
-        rewards = [torch.tensor(float(s)) for s in reward(texts)]
-        stats = trainer.step(query_tensors, response_tensors, rewards)
-        objective_kl.append(float(stats["objective/kl"]))
+        # the example's generate batch (4)
+        objective_kl.append(_one_step(trainer, batch, tokenizer, reward, generation_kwargs, 4))
         log(
             f"step {step}: objective/kl {objective_kl[-1]:+.6f}, "
             f"max |logp - ref_logp| {captured[-1]['max_abs_logp_diff']:.3g}"
@@ -141,5 +168,74 @@ def run(args, log) -> dict:
         **common.env_threads(),
     )
     # the policy's DeepSpeedEngine (trl 0.7.2 rewrites the plugin's config to stage 0)
+    run = common.run_info(trainer, trainer.model, args, path)
+    return {"rank": rank_info, "run": run}
+
+
+def run_signed_kl(args, log) -> dict:
+    """The signed step-0 KL over many sequences: for each of `--seeds` seeds a fresh policy and
+    reference (the same weights), new queries, one PPO step of trl's own, and every sequence's
+    KL as trl's objective/kl averages it (the masked sum over response tokens of logprob -
+    ref_logprob, read from the same record_step_stats tap). Step 0 only: after a step the
+    policy has trained and its KL is no longer the #506 question."""
+    import gc
+    import time
+
+    from accelerate import Accelerator
+    from transformers import AutoTokenizer
+
+    phases = {"trainer_init": 0.0, "ppo_steps": 0.0}
+    accelerator = Accelerator()
+    path = common.model_path(args, log)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.pad_token = tokenizer.eos_token
+    generation_kwargs = dict(
+        common.GENERATION_KWARGS,
+        pad_token_id=tokenizer.eos_token_id,
+        max_new_tokens=args.max_new_tokens,
+    )
+    n_rows = args.batch_size * accelerator.num_processes
+    per_sequence: list[float] = []
+    seeds, objective_kl, max_diff = [], [], 0.0
+    rank_info: dict = {}
+    trainer = None
+    for i in range(args.seeds):
+        seed = args.seed + i
+        t = time.time()
+        trainer, captured = _trainer(args, log, path, tokenizer, seed, n_rows)
+        phases["trainer_init"] += time.time() - t
+        if not rank_info:
+            rank_info = {
+                "rank": trainer.accelerator.process_index,
+                "policy_dtype": common.first_param_dtype(trainer.model),
+                "ref_dtype": common.first_param_dtype(trainer.ref_model),
+            }
+        reward = common.reward_function(args, trainer.accelerator.device)
+        t = time.time()
+        batch = next(iter(trainer.dataloader))
+        # generate in big batches (the example's 4 is 60x slower here); the step is trl's own
+        objective_kl.append(
+            _one_step(trainer, batch, tokenizer, reward, generation_kwargs, args.batch_size)
+        )
+        phases["ppo_steps"] += time.time() - t
+        step0 = captured[0]
+        per_sequence += step0["kl_per_sequence"]
+        max_diff = max(max_diff, step0["max_abs_logp_diff"])
+        seeds.append(seed)
+        log(
+            f"seed {seed}: objective/kl {objective_kl[-1]:+.6f} over "
+            f"{len(step0['kl_per_sequence'])} sequences"
+        )
+        if i + 1 < args.seeds:
+            del trainer, captured
+            gc.collect()
+    rank_info.update(
+        seeds=seeds,
+        objective_kl_per_seed=objective_kl,
+        kl_per_sequence=per_sequence,
+        max_abs_logp_diff=max_diff,
+        phase_seconds={k: round(v, 2) for k, v in phases.items()},
+        **common.env_threads(),
+    )
     run = common.run_info(trainer, trainer.model, args, path)
     return {"rank": rank_info, "run": run}

@@ -44,6 +44,16 @@ import traceback  # noqa: E402
 from importlib import metadata  # noqa: E402
 
 THRESHOLD = 1e-6
+# --criterion signed-kl: a sign is "systematic" only past this many standard errors, on the
+# pooled sequences and on the seed batches' means, with every rank's mean of the same sign,
+# at least MIN_PER_RANK sequences on every rank (below that, a handful of sequences with one
+# big KL would read as certain) and at least MIN_BATCHES (seed, rank) batches. The batch-level
+# z guards against sequences of one batch that are not independent (they share its padding
+# and shapes), which would make the sequence-level standard error too small.
+Z_THRESHOLD = 3.0
+MIN_PER_RANK = 200
+MIN_BATCHES = 4
+Z_CAP = 1e6  # |z| shown when every sequence has the same nonzero KL (standard error 0)
 EXIT = {"clean": 0, "reproduced": 1, "cannot_test": 125, "error": 2}
 # sibling modules (common, gen_*, tiny_model), also when run through runpy
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -126,11 +136,20 @@ def parse_args(argv=None):
     )
     p.add_argument(
         "--criterion",
-        choices=["step0", "forward-probe"],
+        choices=["step0", "forward-probe", "signed-kl"],
         default="step0",
         help="step0: the issue's check, per-token logp - ref_logp and objective/kl at PPO step 0; "
         "forward-probe: both prepared models on one identical input (trl >= 0.12, whose step-0 "
-        "log-probs come from generation scores and are never exactly the forward's)",
+        "log-probs come from generation scores and are never exactly the forward's); "
+        "signed-kl: a measurement, the sign of the step-0 KL over --seeds x --batch-size "
+        "sequences per rank (one fresh PPO step per seed; old API only)",
+    )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="signed-kl only: PPO step-0 runs, seeds --seed .. --seed + N - 1 (fresh models "
+        "from the same weights, new queries each)",
     )
     p.add_argument(
         "--api",
@@ -201,6 +220,11 @@ def preflight(args) -> dict:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", extensions_dir())
     gen = pick_generation(parse_version(versions["trl"]), args.api)
+    if args.criterion == "signed-kl" and gen != "old":
+        raise CannotTest(
+            f"--criterion signed-kl reads trl's own step-0 KL inputs through the old API's "
+            f"record_step_stats (trl 0.4.2 - 0.11); trl {versions['trl']} has the {gen} API"
+        )
     return {"versions_installed": versions, "cuda": cuda, "generation": gen}
 
 
@@ -428,6 +452,128 @@ def summarize(per_rank: list[dict], criterion: str = "step0") -> tuple[str, dict
     return ("reproduced" if reproduced else "clean"), metrics, reason
 
 
+def kl_stats(values: list[float]) -> dict:
+    """n, mean, standard error (sample sd / sqrt n), fraction negative and z = mean / SE of
+    per-sequence KLs. Non-finite values are an error: a NaN would make every figure a lie."""
+    import math
+
+    bad = [v for v in values if not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"{len(bad)} of {len(values)} per-sequence KLs are not finite ({bad[0]})")
+    n = len(values)
+    if n == 0:
+        raise ValueError("no per-sequence KL was measured")
+    mean = math.fsum(values) / n
+    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    se = math.sqrt(var / n)
+    if se > 0:
+        z = max(-Z_CAP, min(Z_CAP, mean / se))
+    else:
+        z = 0.0 if mean == 0 or n < 2 else math.copysign(Z_CAP, mean)
+    return {
+        "n": n,
+        "mean": mean,
+        "se": se,
+        "fraction_negative": sum(v < 0 for v in values) / n,
+        "z": z,
+    }
+
+
+def summarize_signed(per_rank: list[dict]) -> tuple[str, dict, str, dict]:
+    """The signed step-0 KL per rank and pooled, and what these numbers allow one to say.
+
+    Each rank gives ``kl_per_sequence`` (every sequence's step-0 KL) and
+    ``objective_kl_per_seed`` (trl's objective/kl of each seed's batch: its mean).
+    "systematically negative" (verdict reproduced: the sign trl#506 reported) or
+    "systematically positive" (clean) only when the pooled |z| > Z_THRESHOLD, the z over the
+    seed batches' means agrees (same sign, past the threshold), every rank's mean has that
+    sign, every rank has >= MIN_PER_RANK sequences and there are >= MIN_BATCHES batches;
+    otherwise the sign is not told apart from noise (clean). The metric
+    ``signed_kl_negative_z`` carries the decision for repro.toml's rule: the pooled -z when
+    those conditions hold for a negative sign, else 0."""
+    ranks = sorted(per_rank, key=lambda r: r["rank"])
+    rows = []
+    for r in ranks:
+        rows.append({"group": f"rank {r['rank']}", **kl_stats(list(r["kl_per_sequence"]))})
+    pooled = {"group": "all", **kl_stats([v for r in ranks for v in r["kl_per_sequence"]])}
+    batch_means = [float(v) for r in ranks for v in r.get("objective_kl_per_seed", [])]
+    batches = kl_stats(batch_means) if batch_means else {"n": 0, "z": 0.0}
+    z, z_batches = pooled["z"], batches["z"]
+    signs = {(row["mean"] > 0) - (row["mean"] < 0) for row in rows}
+    few = [row["group"] for row in rows if row["n"] < MIN_PER_RANK]
+    per_rank_z = ", ".join(f"{row['group']} z = {row['z']:+.2f}" for row in rows)
+    per_rank_z += f"; over the {batches['n']} seed batches' means z = {z_batches:+.2f}"
+    if pooled["se"] == 0 and pooled["mean"] == 0:
+        conclusion, sign = "the KL is exactly 0 on every sequence: no sign to speak of", 0
+    elif few or batches["n"] < MIN_BATCHES:
+        what = [f"{g} below {MIN_PER_RANK} sequences" for g in few]
+        if batches["n"] < MIN_BATCHES:
+            what.append(f"{batches['n']} seed batches, below {MIN_BATCHES}")
+        conclusion, sign = (
+            f"too few to tell a sign ({', '.join(what)}; pooled z = {z:+.2f})",
+            0,
+        )
+    elif abs(z) <= Z_THRESHOLD:
+        conclusion, sign = (
+            f"the sign is noise at this sample size (pooled z = {z:+.2f}, "
+            f"|z| <= {Z_THRESHOLD:g}; {per_rank_z})",
+            0,
+        )
+    elif len(signs) > 1:
+        conclusion, sign = (
+            f"no systematic sign: the pooled z = {z:+.2f} but the ranks disagree in sign "
+            f"({per_rank_z})",
+            0,
+        )
+    elif abs(z_batches) <= Z_THRESHOLD or (z_batches > 0) != (z > 0):
+        conclusion, sign = (
+            f"no systematic sign: the pooled z = {z:+.2f} but the seed batches' means do not "
+            f"bear it out ({per_rank_z})",
+            0,
+        )
+    else:
+        sign = -1 if z < 0 else 1
+        word = "negative" if sign < 0 else "positive"
+        conclusion = (
+            f"systematically {word} (pooled z = {z:+.2f}, |z| > {Z_THRESHOLD:g}, every rank "
+            f"{word}; {per_rank_z})"
+        )
+    metrics = {
+        "signed_kl_negative_z": -z if sign < 0 else 0.0,
+        "signed_kl_z": z,
+        "signed_kl_n": float(pooled["n"]),
+        "signed_kl_mean": pooled["mean"],
+        "signed_kl_se": pooled["se"],
+        "signed_kl_fraction_negative": pooled["fraction_negative"],
+        "signed_kl_systematic": float(sign),
+        "signed_kl_z_seed_batches": float(z_batches),
+        "max_abs_logp_diff": max(r["max_abs_logp_diff"] for r in ranks),
+    }
+    for row, r in zip(rows, ranks, strict=True):
+        for key in ("n", "mean", "se", "fraction_negative", "z"):
+            metrics[f"signed_kl_{key}_rank{r['rank']}"] = float(row[key])
+    figures = "; ".join(
+        f"{row['group']}: n = {row['n']}, mean {row['mean']:+.6f} +- {row['se']:.6f}, "
+        f"{row['fraction_negative']:.1%} negative"
+        for row in [*rows, pooled]
+    )
+    reason = f"signed step-0 KL per sequence: {conclusion}. {figures}"
+    measurement = {
+        "name": "signed step-0 KL per sequence (trl's objective/kl averages it)",
+        "rows": [*rows, pooled],
+        "conclusion": conclusion,
+        "z_threshold": Z_THRESHOLD,
+        "min_per_rank": MIN_PER_RANK,
+        "z_seed_batches": z_batches,
+        "seed_batches": batches["n"],
+        "objective_kl_per_seed": {
+            f"rank {r['rank']}": list(r.get("objective_kl_per_seed", [])) for r in ranks
+        },
+    }
+    verdict = "reproduced" if metrics["signed_kl_negative_z"] > Z_THRESHOLD else "clean"
+    return verdict, metrics, reason, measurement
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     result = {
@@ -452,6 +598,8 @@ def main(argv=None) -> None:
             "max_new_tokens": args.max_new_tokens,
             "bf16_via": args.bf16_via,
             "api": args.api,
+            "criterion": args.criterion,
+            "seeds": args.seeds,
         },
     }
     try:
@@ -496,10 +644,14 @@ def main(argv=None) -> None:
         result.update(measured["run"])
         result["versions"] = imported_versions()
         result["ranks"] = per_rank
-        for r in per_rank:
-            result["series"][f"kl_rank{r['rank']}"] = r.pop("objective_kl_series")
-            result["series"][f"local_kl_rank{r['rank']}"] = r.pop("local_kl_series")
-        verdict, result["metrics"], result["reason"] = summarize(per_rank, args.criterion)
+        if args.criterion == "signed-kl":
+            verdict, metrics, reason, measurement = summarize_signed(per_rank)
+            result.update(metrics=metrics, reason=reason, measurement=measurement)
+        else:
+            for r in per_rank:
+                result["series"][f"kl_rank{r['rank']}"] = r.pop("objective_kl_series")
+                result["series"][f"local_kl_rank{r['rank']}"] = r.pop("local_kl_series")
+            verdict, result["metrics"], result["reason"] = summarize(per_rank, args.criterion)
     except Exception as exc:  # e.g. a peer died before the gather
         traceback.print_exc()
         result["reason"] = f"error: {one_line(exc)[:400]}"

@@ -12,6 +12,9 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reprobox.bisect.summary import BisectSummary, read_summaries
 from reprobox.core.errors import BadInput, ExitCode
@@ -112,6 +115,47 @@ def load_records(store: RecordStore, name: str, selection: Selection = Selection
             f"the cells are: {', '.join(r.label for r in records)}"
         )
     return Loaded(kept, skipped, left_out=len(records) - len(kept))
+
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class MeasureRow(BaseModel):
+    """One group (a rank, or all of them) of a recorded measurement."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    group: str
+    n: Annotated[int, Field(ge=0)]
+    mean: Finite
+    se: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    fraction_negative: Annotated[float, Field(ge=0, le=1)]
+    z: Finite
+
+
+class Measurement(BaseModel):
+    """What a cell expected `unknown` measured, as its script states it (`measurement` in
+    the result, see repros/README.md): figures per group and the script's own conclusion."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = ""
+    rows: Annotated[list[MeasureRow], Field(min_length=1)]
+    conclusion: str
+
+
+def measurement(record: Record) -> Measurement | None:
+    """The measurement a recorded cell (expect `unknown`) wrote, or None: a cell that is
+    judged, or whose result has none or a malformed one, is shown as a verdict instead."""
+    if record.status != "recorded":
+        return None
+    found = record.result.get("measurement")
+    if not isinstance(found, dict):
+        return None
+    try:
+        return Measurement.model_validate(found)
+    except ValidationError:
+        return None
 
 
 def bisect_summaries(store: RecordStore, name: str) -> tuple[list[BisectSummary], list[str]]:

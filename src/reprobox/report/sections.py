@@ -103,9 +103,14 @@ class Builder:
         self.ran = [r for r in self.records if not data.not_run(r)]
         self.defaults = [r for r in self.ran if not (r.packages or r.params)]
         self.matrix = [r for r in self.ran if r.packages or r.params]
-        shown = dict.fromkeys(r.variant for r in self.records)
+        # cells expected `unknown` that wrote a measurement: their own section, no verdict
+        self.measured = [(r, m) for r in self.ran if (m := data.measurement(r)) is not None]
+        self.judged = [r for r in self.defaults if not self._is_measured(r)]
+        shown = dict.fromkeys(r.variant for r in self.records if not self._is_measured(r))
         self.rules = list(dict.fromkeys(rule.metric for v in shown for rule in self._rules(v)))
-        self.metrics = data.key_metrics(self.ran, self.rules)
+        self.metrics = data.key_metrics(
+            [r for r in self.ran if not self._is_measured(r)], self.rules
+        )
         self.platforms = len({r.platform for r in self.records})
 
     # -- facts
@@ -116,13 +121,16 @@ class Builder:
         except BadInput:  # a variant since removed from repro.toml: the repro's rule
             return list(self.repro.spec.verdict.reproduced_if)
 
+    def _is_measured(self, record: Record) -> bool:
+        return any(r is record for r, _ in self.measured)
+
     def bug_record(self) -> Record | None:
         """The cell that shows the bug: the first default cell expected to reproduce (else
         the first default cell, else the first that ran)."""
-        for record in self.defaults:
+        for record in self.judged:
             if record.expect == Verdict.REPRODUCED.value:
                 return record
-        found = self.defaults or self.ran
+        found = self.judged or self.defaults or self.ran
         return found[0] if found else None
 
     def versions(self, record: Record) -> list[str]:
@@ -189,6 +197,8 @@ class Builder:
         }.get(bug.verdict or "", "No verdict")
         if bug.verdict == "clean" and bug.expect != "reproduced":
             word = "Clean"
+        if bug.status == "recorded":
+            word = "Measured"
         said = md.text(bug.reason or (result.get("reason") or ""))
         line = f"**{word}** with {md.text(facts)}" if facts else f"**{word}**"
         line += f": {md.code(bug.label)}"
@@ -198,7 +208,7 @@ class Builder:
         if bug.status == "error":
             line += " (no verdict; see *Problems*)"
         line += "."
-        others = [r for r in self.defaults if r is not bug]
+        others = [r for r in self.judged if r is not bug]
         as_expected = [r for r in others if r.status in ("match", "recorded")]
         by_verdict: dict[str, list[str]] = {}
         for r in as_expected:
@@ -219,6 +229,9 @@ class Builder:
                 )
                 + "."
             )
+        measured = [r.label for r, _ in self.measured if r is not bug]
+        if measured:
+            line += f" {_names(measured)} recorded a measurement (see *Measurements*)."
         return line
 
     def bisect_headline(self, summary: BisectSummary) -> str:
@@ -283,7 +296,7 @@ class Builder:
             bug = self.bug_record()
             rules = self._rules(bug.variant if bug else self.variants[0])
             rule = " and ".join(f"{md.code(r.metric)} <= {r.above:g}" for r in rules)
-            clean = [r.label for r in self.defaults if r.verdict == "clean"]
+            clean = [r.label for r in self.judged if r.verdict == "clean"]
             like = f", as with {_names(clean)}" if clean else ""
             text = f"The run is clean: {rule}{like}."
         else:
@@ -375,9 +388,9 @@ class Builder:
         sections = []
         extra = [m for m in self.metrics if m not in self.rules]
         metrics = [*self.rules, *extra[:1]][:MAX_METRIC_COLUMNS]
-        if self.defaults:
+        if self.judged:
             rows = []
-            for r in self.defaults:
+            for r in self.judged:
                 verdict = f"{_MARK.get(r.status, '')} {r.verdict or 'error'}"
                 if r.status in ("mismatch", "error"):
                     verdict += f" (expected {r.expect})"
@@ -387,11 +400,11 @@ class Builder:
             header = ["variant", "verdict", *(md.code(m) for m in metrics)]
             if self.platforms > 1:
                 header.insert(1, "platform")
-                for row, r in zip(rows, self.defaults, strict=True):
+                for row, r in zip(rows, self.judged, strict=True):
                     row.insert(1, md.text(r.platform))
             described = [
                 f"- {md.code(r.label)}: {md.text(self._description(r.variant))}"
-                for r in self.defaults
+                for r in self.judged
                 if self._description(r.variant)
             ]
             text = "### Results\n\n" + md.table(header, rows)
@@ -401,7 +414,32 @@ class Builder:
             sections.append(Section(text))
         if self.matrix:
             sections.append(Section(self._matrix_table(), drop=2, stub=""))
+        if self.measured:
+            sections.append(self.measurements())
         return sections
+
+    def measurements(self) -> Section:
+        """Cells expected `unknown`: what they measured, per group, and the script's own
+        conclusion from those numbers. Recorded, not judged: no verdict, no pass or fail."""
+        blocks = [
+            "### Measurements",
+            "Recorded, not judged (expect `unknown`): the figures and the conclusion are the "
+            "script's own.",
+        ]
+        for record, found in self.measured:
+            where = f" on {md.text(record.platform)}" if self.platforms > 1 else ""
+            about = self._description(record.variant)
+            head = f"{md.code(record.label)}{where}" + (f": {md.text(about)}" if about else "")
+            rows = [
+                [md.text(row.group), str(row.n), f"{row.mean:+.4g} ± {row.se:.2g}",
+                 f"{row.fraction_negative:.1%}", f"{row.z:+.2f}"]
+                for row in found.rows
+            ]  # fmt: skip
+            what = f"Measured: {md.text(found.name)}.\n\n" if found.name else ""
+            table = md.table(["", "n", "mean ± SE", "negative", "z = mean / SE"], rows)
+            said = f"**Conclusion:** {md.text(found.conclusion)}"
+            blocks.append(f"{head}\n\n{what}{table}\n\n{said}")
+        return Section("\n\n".join(blocks))
 
     def _rule_line(self) -> str:
         def spelled(rules: list[spec.Rule]) -> str:
@@ -411,7 +449,7 @@ class Builder:
         line = f"Reproduced when {spelled(base)} (the script computes it; repro.toml's rule)."
         own = [
             f"{md.code(v)}: {spelled(self._rules(v))}"
-            for v in dict.fromkeys(r.variant for r in self.ran)
+            for v in dict.fromkeys(r.variant for r in self.ran if not self._is_measured(r))
             if self._rules(v) != base
         ]
         return line + (" Own rules: " + "; ".join(own) + "." if own else "")
