@@ -245,6 +245,19 @@ def test_a_cluster_without_pyxis_is_one_plain_error(cluster: Path, scratch_root:
     assert _queued() == []
 
 
+def test_container_image_on_a_cluster_without_pyxis_through_the_cli(
+    cluster: Path, toy_root: Path
+) -> None:
+    done = reprobox("run", "toy", "--backend", "slurm", "--container-image", "ubuntu:24.04")
+    assert done.returncode == ExitCode.NO_ENGINE, done.stderr
+    [line] = _errors(done.stderr)
+    assert "needs the pyxis plugin" in line
+    assert not (toy_root / "results" / "toy").exists()  # refused before anything ran
+    local = reprobox("run", "toy", "--container-image", "ubuntu:24.04")
+    assert local.returncode == ExitCode.BAD_INPUT
+    assert "--container-image goes with --backend slurm" in _errors(local.stderr)[0]
+
+
 def test_an_array_that_sbatch_refuses(cluster: Path, toy_root: Path) -> None:
     done = reprobox("run", "toy", "--matrix", "--backend", "slurm", "--gres", "gpu:1")
     assert done.returncode == ExitCode.RUN_FAILED, done.stderr

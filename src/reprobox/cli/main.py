@@ -335,7 +335,8 @@ def _backend_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["venv", "slurm"],
         default="venv",
         help="where launches run: venv (this machine, default) or slurm (one batch job per "
-        "launch; the results folder and cache must be on a file system the nodes share)",
+        "launch, one array job for a run of several; the results folder and cache must be on "
+        "a file system the nodes share)",
     )
     parser.add_argument("--partition", help="slurm: the partition to submit to")
     parser.add_argument("--gres", metavar="GRES", help="slurm: generic resources, e.g. gpu:1")
@@ -344,6 +345,17 @@ def _backend_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LIMIT",
         help="slurm: the job time limit (minutes, or [D-]HH:MM:SS; default: the timeout plus "
         "a minute)",
+    )
+    parser.add_argument(
+        "--container-image",
+        metavar="IMAGE",
+        help="slurm: run the jobs in this image through pyxis/enroot (an enroot URI or a "
+        "squashfs path; the shared paths are mounted at the same paths)",
+    )
+    parser.add_argument(
+        "--container-mounts",
+        metavar="SRC:DST[,...]",
+        help="slurm: more pyxis mounts, with --container-image",
     )
 
 
@@ -358,13 +370,15 @@ def _backend(args: argparse.Namespace) -> Backend | None:
         raise BadInput("--workers must be 1 or more")
     kind = getattr(args, "backend", "venv")
     if kind != "slurm":
-        given = [f for f in ("partition", "gres", "time") if getattr(args, f, None)]
+        flags = ("partition", "gres", "time", "container_image", "container_mounts")
+        given = [f for f in flags if getattr(args, f, None)]
         if given:
-            raise BadInput(f"--{given[0]} goes with --backend slurm")
+            raise BadInput(f"--{given[0].replace('_', '-')} goes with --backend slurm")
         return detached.DetachedBackend(_settings(args)) if workers > 1 else None
     backend = slurm.SlurmBackend(
-        _settings(args), partition=args.partition, gres=args.gres, time=args.time
-    )
+        _settings(args), partition=args.partition, gres=args.gres, time=args.time,
+        container_image=args.container_image, container_mounts=args.container_mounts,
+    )  # fmt: skip
     backend.check()
     return backend
 
