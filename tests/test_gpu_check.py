@@ -124,7 +124,15 @@ def test_a_cell_this_host_cannot_run_ends_cannot_test_with_the_reason(tmp_path: 
 
 
 def test_a_cell_past_its_cap_is_stopped_and_reads_as_a_timeout(tmp_path: Path) -> None:
-    env = {**os.environ, "PATH": _path_without_nvidia_smi(), "REPROBOX_RESULTS": str(tmp_path)}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"  # one GPU listed: the cell gets past the count, to installing
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": _path_without_nvidia_smi(bin_dir)}
+    env |= {"REPROBOX_RESULTS": str(tmp_path / "out"), "REPROBOX_CACHE": str(tmp_path / "c")}
     cell = gpu_check.PlannedCell("kl", ("zero2_bf16_1gpu",), 1.0, "broken")
-    code, wall, _ = gpu_check.run_cell(cell, 0.2, env, tmp_path)
-    assert code == 124 and wall < gpu_check.GRACE_S + 5, wall
+    code, wall, log = gpu_check.run_cell(cell, 3.0, env, tmp_path)
+    said = log.read_text()
+    assert code == 124 and wall < 3.0 + gpu_check.GRACE_S + 5, (wall, said)
+    assert "cannot test" not in said and "terminated (SIGTERM)" in said, said

@@ -201,7 +201,7 @@ def run_cell(
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)  # fmt: skip
         try:
-            code = proc.wait(timeout=max(1.0, cap))
+            code = proc.wait(timeout=max(0.0, cap))
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGTERM)
             try:
