@@ -136,6 +136,20 @@ def test_time_limits_follow_the_timeout_and_slurm_spellings() -> None:
     assert (found["JobState"], found["ExitCode"], found["NodeList"]) == ("NODE_FAIL", "0:9", "n1")
 
 
+def test_gpus_are_the_jobs_not_the_login_hosts() -> None:
+    assert [slurm.gres_gpus(g) for g in ("gpu", "gpu:2", "gpu:a100:4", "gpu:2,shard:1")] == [
+        1, 2, 4, 2]  # fmt: skip
+    asking = slurm.SlurmBackend(Settings.from_env())
+    assert asking.venv.gpus == sys.maxsize  # no nvidia-smi on the submit host is asked
+    argv = asking._options("5", Path("o"), Path("."), gpus=2)
+    assert argv[argv.index("--gres") + 1] == "gpu:2"  # a GPU launch asks for what it needs
+    assert "--gres" not in asking._options("5", Path("o"), Path("."), gpus=0)
+    given = slurm.SlurmBackend(Settings.from_env(), gres="gpu:a100:1")
+    assert given.venv.gpus == 1  # a shortfall against --gres is cannot-test, before sbatch
+    argv = given._options("5", Path("o"), Path("."), gpus=2)
+    assert argv[argv.index("--gres") + 1] == "gpu:a100:1"
+
+
 def test_a_launch_plan_survives_the_trip_to_the_node(tmp_path: Path) -> None:
     plan = launcher.LaunchPlan(
         launcher="python", bin_dir=tmp_path / "bin", processes=2, script=tmp_path / "s.py",

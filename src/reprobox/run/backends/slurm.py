@@ -59,7 +59,7 @@ from reprobox.core.files import atomic_write
 from reprobox.core.judge import Launched
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
-from reprobox.run import interrupts
+from reprobox.run import devices, interrupts
 from reprobox.run.backend import LaunchRequest, Prepared
 from reprobox.run.backends import detached
 from reprobox.run.backends.venv import VenvBackend
@@ -129,6 +129,22 @@ def limit_seconds(limit: str) -> float:
     return float((int(days or 0) * 24 + hours) * 3600 + minutes * 60 + seconds)
 
 
+def gres_gpus(gres: str) -> int:
+    """The GPUs a `--gres` value asks for (`gpu`, `gpu:2`, `gpu:a100:2`, `gpu:2,shard:1`)."""
+    total = 0
+    for item in gres.split(","):
+        parts = item.strip().split(":")
+        if parts[0] == "gpu":
+            total += int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
+    return total
+
+
+def gpus_for(request: LaunchRequest) -> int:
+    """The GPUs one launch needs on its node (0 off the GPU platforms)."""
+    cell = request.lead.cell
+    return devices.gpus_needed(request.repro, cell.variant, cell.platform)
+
+
 def fields(text: str) -> dict[str, str]:
     """`scontrol show -o` output (Key=Value ...) as a dict (values without spaces)."""
     return dict(_FIELD.findall(text))
@@ -152,7 +168,9 @@ class SlurmBackend:
         container_image: str | None = None,
         container_mounts: str | None = None,
     ) -> None:
-        self.venv = VenvBackend(settings)
+        # GPUs are the job's, not this (login) host's: --gres gpu:N gives N, else each job
+        # asks for what its launch needs (`_options`).
+        self.venv = VenvBackend(settings, gpus=gres_gpus(gres) if gres else sys.maxsize)
         self.settings = settings
         self.partition, self.gres, self.poll_s = partition, gres, poll_s
         if container_mounts and not container_image:
@@ -198,9 +216,11 @@ class SlurmBackend:
     def options(self, request: LaunchRequest) -> list[str]:
         """sbatch's options for one launch."""
         limit = self.time or time_limit(request.timeout)
-        return self._options(limit, request.log_dir / "slurm-%j.out", request.lead.run_dir)
+        output, chdir = request.log_dir / "slurm-%j.out", request.lead.run_dir
+        return self._options(limit, output, chdir, gpus_for(request))
 
-    def _options(self, limit: str, output: Path, chdir: Path) -> list[str]:
+    def _options(self, limit: str, output: Path, chdir: Path, gpus: int = 0) -> list[str]:
+        asked = ["--gres", self.gres] if self.gres else ["--gres", f"gpu:{gpus}"] if gpus else []
         return [
             "--parsable",
             *("--job-name", self.job_name),
@@ -210,7 +230,7 @@ class SlurmBackend:
             "--nodes=1",
             "--no-requeue",
             *(["--partition", self.partition] if self.partition else []),
-            *(["--gres", self.gres] if self.gres else []),
+            *asked,
             *self.container_options(),
         ]
 
@@ -309,7 +329,11 @@ class SlurmBackend:
         limit = self.time or max((time_limit(t.request.timeout) for t in tasks), key=int)
         output = links / "%a" / "slurm-%A_%a.out"  # each task's own run folder
         throttle = f"%{workers}" if workers < len(tasks) else ""
-        argv = [*self._options(limit, output, array_dir), f"--array=0-{len(tasks) - 1}{throttle}"]
+        gpus = max(gpus_for(t.request) for t in tasks)
+        argv = [
+            *self._options(limit, output, array_dir, gpus),
+            f"--array=0-{len(tasks) - 1}{throttle}",
+        ]
         submitted = time.time()
         job = self._submit([*argv, str(script)])
         left = set(range(len(tasks)))
