@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, reprobox
 from reprobox.cli import gpu_check
 from reprobox.core.records import Record, RecordStore
@@ -51,7 +53,7 @@ def test_dry_run_prints_the_plan_and_says_no_gpu(tmp_path: Path) -> None:
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     for cell in gpu_check.PLAN:
-        assert f"{cell.repro} {', '.join(cell.variants) or 'default variants'}: cap" in out, out
+        assert f"{cell.repro} {', '.join(cell.variants) or 'default variants'}: cap >=" in out, out
     assert "2 files" in out and "sdists deepspeed-0.19.8.tar.gz" in out, out
     assert "no GPU" in out and "would stop here" in out, out
 
@@ -136,3 +138,16 @@ def test_a_cell_past_its_cap_is_stopped_and_reads_as_a_timeout(tmp_path: Path) -
     said = log.read_text()
     assert code == 124 and wall < 3.0 + gpu_check.GRACE_S + 5, (wall, said)
     assert "cannot test" not in said and "terminated (SIGTERM)" in said, said
+
+
+def test_time_a_cell_leaves_goes_to_the_cells_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", _path_without_nvidia_smi())
+    plan = tuple(gpu_check.PlannedCell("lm_head", (), 0.5, n, True) for n in ("a", "b"))
+    monkeypatch.setattr(gpu_check, "PLAN", plan)
+    env = {**os.environ, "REPROBOX_RESULTS": str(tmp_path)}
+    cells = gpu_check.run_plan(time.monotonic() + 100, env, tmp_path, "2000", tmp_path)
+    assert [c["exit"] for c in cells] == [125, 125]  # 4 ranks, no GPU: cannot test, at once
+    assert 45 < cells[0]["cap_s"] <= 50 and cells[1]["cap_s"] > 80, cells
+    assert gpu_check.check_exit(cells) == 0

@@ -111,4 +111,6 @@ def test_a_wheelhouse_for_a_host_with_its_own_torch_and_python(
     names = sorted(p.name for p in house.iterdir())
     assert not any(n.startswith("torch-") for n in names), names
     assert any(n.startswith("numpy-") and "cp312" in n for n in names), names
-    assert "left out, the host's torch gives them" in made.stdout + made.stderr
+    said = made.stdout + made.stderr
+    assert "left out, the host's torch gives them" in said
+    assert "(hashes checked)" in said, said  # a uv lock hashes every Python's files

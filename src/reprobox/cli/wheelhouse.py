@@ -92,7 +92,9 @@ def cmd_wheelhouse(args: argparse.Namespace) -> int:
         lock_python=lock_python if len(pythons) == 1 else "", torch_from_host=args.torch_from_host,
         tag=args.tag or wheelhouse.DEFAULT_TAG, settings=settings,
     )  # fmt: skip
-    checked = "hashes checked" if house.hashes_checked else "hashes NOT checked (other Python)"
+    checked = "hashes checked"
+    if house.unchecked:
+        checked = f"hashes NOT checked for {', '.join(house.unchecked)} (no hash in the lock)"
     ui.info(
         f"wheelhouse: {len(house.files)} files, {house.bytes / 2**20:.1f} MiB in "
         f"{house.path} ({checked}); install from it with REPROBOX_WHEELHOUSE={house.path}"

@@ -4,10 +4,11 @@ GPU cluster nodes often have no internet. `reprobox wheelhouse` downloads, on a 
 has it, each distribution a lock pins, for the target's Python and platform tag; with
 `REPROBOX_WHEELHOUSE=DIR` installs then read only that folder (`--no-index --find-links`).
 uv has no `pip download`, so pip downloads, one pinned entry at a time (`--no-deps`: the lock
-is already the full set), with the lock's hashes checked where the target Python is the
-lock's own. Several locks (variants, repros) fill one folder: each pin is downloaded once. For a
-host that brings its own torch (`torch_from_host`), torch's family is left out by the same
-predicate the host-torch lock flavour uses (`locks.host_provided`).
+is already the full set), with the lock's hashes checked (a uv lock hashes every file of a
+version, so they hold for another target Python too). Several locks (variants, repros) fill
+one folder: each pin is downloaded once. For a host that brings its own torch
+(`torch_from_host`), torch's family is left out by the same predicate the host-torch lock
+flavour uses (`locks.host_provided`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Wheelhouse:
     bytes: int
     hashes_checked: bool
     left_out: tuple[str, ...] = ()  # pins the host provides (torch's family), not downloaded
+    unchecked: tuple[str, ...] = ()  # pins downloaded without a hash check (see `download`)
 
     def largest(self, n: int = 5) -> list[tuple[str, int]]:
         """The `n` largest files and their sizes in bytes: what to drop if it is too big."""
@@ -109,6 +111,20 @@ def wanted_entries(locks: Sequence[Path], *, torch_from_host: bool) -> tuple[lis
     return list(wanted.values()), list(left_out)
 
 
+def _fetch(base: list[str], scratch: Path, requirement: str) -> str | None:
+    """Download one requirement as a wheel, else as its sdist: None, or pip's last word."""
+    req = scratch / "entry.txt"
+    req.write_text(requirement if requirement.endswith("\n") else requirement + "\n")
+    failed = ""
+    for kind in ("--only-binary=:all:", "--no-binary=:all:"):
+        done = subprocess.run([*base, kind, "-r", str(req)], capture_output=True, text=True,
+                              check=False)  # fmt: skip
+        if done.returncode == 0:
+            return None
+        failed = failed or ((done.stderr.strip().splitlines() or ["no message"])[-1])
+    return failed
+
+
 def download(
     locks: Sequence[Path],
     dest: Path,
@@ -122,35 +138,32 @@ def download(
     """Download every distribution `locks` pin into `dest` for `python` and `tag`, each once.
 
     A wheel is preferred; a distribution without one for the target (deepspeed is an sdist)
-    is downloaded as its sdist. Hashes are checked when `python` is the locks' own (the same
-    files); for another Python the files differ and the lock's hashes cannot apply. With
+    is downloaded as its sdist. The lock's hashes are checked: a uv lock hashes every file of
+    a version (each Python's wheels), so another Python's files match too. Only for another
+    Python than the lock's, a pin whose file the lock has no hash of (a wheel found in a
+    local folder at lock time) is downloaded unchecked, and named (`unchecked`). With
     `torch_from_host`, torch's family is not downloaded (the host's torch is used)."""
     dest.mkdir(parents=True, exist_ok=True)
-    hashes = python == lock_python
     pip = pip_command()
     links = [a for link in torch_source.find_links(settings) for a in ("--find-links", link)]
     target = [f"--platform={p}" for p in pip_platforms(tag)]
     target += ["--python-version", python, "--implementation", "cp"]
     base = [*pip, "download", "--no-deps", "--quiet", "--dest", str(dest), *links, *target]
     entries, left_out = wanted_entries(locks, torch_from_host=torch_from_host)
+    unchecked: list[str] = []
     with tempfile.TemporaryDirectory(prefix="reprobox-wheelhouse-") as scratch:
         for entry in entries:
-            req = Path(scratch) / "entry.txt"
-            req.write_text(entry if hashes else entry_pin(entry) + "\n")
-            wheel = subprocess.run([*base, "--only-binary=:all:", "-r", str(req)],
-                                   capture_output=True, text=True, check=False)  # fmt: skip
-            if wheel.returncode == 0:
-                continue
-            sdist = subprocess.run([*base, "--no-binary=:all:", "-r", str(req)],
-                                   capture_output=True, text=True, check=False)  # fmt: skip
-            if sdist.returncode != 0:
-                why = (wheel.stderr.strip().splitlines() or ["no message"])[-1]
+            why = _fetch(base, Path(scratch), entry)
+            if why is not None and python != lock_python:
+                why = _fetch(base, Path(scratch), entry_pin(entry))
+                unchecked += [entry_pin(entry)] if why is None else []
+            if why is not None:
                 raise EnvError(
                     f"cannot download {entry_pin(entry)} for Python {python}, {tag}: {why}"
                 )
     files = tuple(sorted(p.name for p in dest.iterdir() if p.is_file()))
     size = sum((dest / f).stat().st_size for f in files)
-    return Wheelhouse(dest, files, size, hashes, tuple(left_out))
+    return Wheelhouse(dest, files, size, not unchecked, tuple(left_out), tuple(unchecked))
 
 
 def sdists(house: Wheelhouse) -> list[str]:
