@@ -82,16 +82,19 @@ def test_the_caps_sum_under_the_budget() -> None:
 
 
 def test_the_check_exit_reads_every_cell() -> None:
-    def cell(exit_code: int, *statuses: str, may_not_test: bool = False) -> dict[str, object]:
-        records = [{"status": s} for s in statuses]
-        return {"exit": exit_code, "records": records, "may_not_test": may_not_test}
+    def cell(exit_code: int, *records: str, may_not_test: bool = False) -> dict[str, object]:
+        rows = [dict(zip(("status", "verdict"), r.split(":"), strict=True)) for r in records]
+        return {"exit": exit_code, "records": rows, "may_not_test": may_not_test}
 
-    lm_head_on_one_gpu = cell(125, "error", may_not_test=True)
-    assert gpu_check.check_exit([cell(0, "match"), cell(0, "recorded"), lm_head_on_one_gpu]) == 0
-    assert gpu_check.check_exit([cell(0, "match"), cell(1, "mismatch")]) == 1
-    assert gpu_check.check_exit([cell(0, "match"), cell(124)]) == 124
-    assert gpu_check.check_exit([cell(125, "error")]) == 125  # kl that cannot test: no answer
+    lm_head_on_one_gpu = cell(1, "mismatch:cannot_test", "match:cannot_test", may_not_test=True)
+    ok = [cell(0, "match:reproduced"), cell(0, "recorded:clean"), lm_head_on_one_gpu]
+    assert gpu_check.check_exit(ok) == 0
+    assert gpu_check.check_exit([cell(0, "match:clean"), cell(1, "mismatch:clean")]) == 1
+    assert gpu_check.check_exit([cell(0, "match:clean"), cell(124)]) == 124
+    kl_cannot_test = cell(125, "mismatch:cannot_test")  # kl must answer: not excused
+    assert gpu_check.check_exit([kl_cannot_test]) == 1
     assert gpu_check.check_exit([cell(0)]) == 4  # exit 0 but no record: not a result
+    assert gpu_check.check_exit([cell(3, "error:None")]) == 3  # the environment failed
 
 
 def test_only_records_this_check_wrote_are_reported(tmp_path: Path) -> None:
@@ -118,11 +121,11 @@ def test_a_cell_this_host_cannot_run_ends_cannot_test_with_the_reason(tmp_path: 
     env = {**os.environ, "PATH": _path_without_nvidia_smi(), "REPROBOX_RESULTS": str(tmp_path)}
     cell = gpu_check.PlannedCell("lm_head", (), 1.0, "4 ranks")
     code, _, log = gpu_check.run_cell(cell, 120, env, tmp_path)
-    assert code == 125, log.read_text()
+    assert code in (1, 125), log.read_text()  # cannot-test: a mismatch where not also_ok
     assert "cannot test here" in gpu_check.last_error(log) and "GPU" in gpu_check.last_error(log)
     records = gpu_check.cell_results("lm_head", (), "2000-01-01T00:00:00Z", tmp_path)
     assert sorted(r["variant"] for r in records) == ["avg_op", "broken", "fixed", "untied"]
-    assert all(r["exit_code"] == 125 and "cannot test here" in r["reason"] for r in records)
+    assert all(r["verdict"] == "cannot_test" and "cannot test here" in r["reason"] for r in records)
 
 
 def test_a_cell_past_its_cap_is_stopped_and_reads_as_a_timeout(tmp_path: Path) -> None:
@@ -148,6 +151,6 @@ def test_time_a_cell_leaves_goes_to_the_cells_after_it(
     monkeypatch.setattr(gpu_check, "PLAN", plan)
     env = {**os.environ, "REPROBOX_RESULTS": str(tmp_path)}
     cells = gpu_check.run_plan(time.monotonic() + 100, env, tmp_path, "2000", tmp_path)
-    assert [c["exit"] for c in cells] == [125, 125]  # 4 ranks, no GPU: cannot test, at once
+    assert all(c["exit"] in (1, 125) for c in cells), cells  # 4 ranks, no GPU: at once
     assert 45 < cells[0]["cap_s"] <= 50 and cells[1]["cap_s"] > 80, cells
     assert gpu_check.check_exit(cells) == 0

@@ -241,17 +241,26 @@ def cell_results(
     return found
 
 
+def _answered(cell: dict[str, Any], record: dict[str, Any]) -> bool:
+    """A record that is an answer: its expected (or recorded) verdict, or, where the plan
+    allows it, cannot-test with its reason."""
+    if record.get("status") in ("match", "recorded"):
+        return True
+    cannot = record.get("verdict") == "cannot_test" or record.get("exit_code") == 125
+    return bool(cell.get("may_not_test")) and cannot
+
+
 def check_exit(cells: list[dict[str, Any]]) -> int:
     """0 when every cell gave its expected (or recorded) verdict, or, where the plan allows it
     (lm_head's 4 ranks on one GPU), could not be tested for a stated reason; 1 when a verdict
-    differs; else the first failing cell's harness code (a kl cell that cannot test has not
-    answered: 125)."""
-    statuses = [r["status"] for c in cells for r in c["records"]]
-    if any(s == "mismatch" for s in statuses):
+    differs (a kl cell that cannot test is not excused: it has not answered); else the first
+    failing cell's harness code."""
+    failed = [(c, [r for r in c["records"] if not _answered(c, r)]) for c in cells]
+    if any(r.get("status") == "mismatch" for _, bad in failed for r in bad):
         return int(ExitCode.FAILED)
-    for cell in cells:
-        allowed = (0, int(ExitCode.CANNOT_TEST)) if cell.get("may_not_test") else (0,)
-        if cell["exit"] not in allowed or (cell["exit"] == 0 and not cell["records"]):
+    for cell, bad in failed:
+        allowed = (0, 1, int(ExitCode.CANNOT_TEST)) if cell.get("may_not_test") else (0,)
+        if bad or not cell["records"] or cell["exit"] not in allowed:
             return int(cell["exit"]) or int(ExitCode.RUN_FAILED)
     return int(ExitCode.OK)
 
