@@ -43,6 +43,15 @@ class ReproboxError(Exception):
             self.exit_code = exit_code
 
 
+class CannotTestHere(ReproboxError):
+    """This host cannot run the cell (too few GPUs, say): a cannot-test result, judged as a
+    script's own would be, not an error."""
+
+    def __init__(self, message: str, by: str) -> None:
+        super().__init__(message, exit_code=ExitCode.CANNOT_TEST)
+        self.by = by  # who decided, written into the result
+
+
 class BadInput(ReproboxError):
     """The user asked for something that does not exist or cannot be parsed."""
 

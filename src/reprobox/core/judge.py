@@ -100,6 +100,12 @@ def status_for(verdict: Verdict, expect: Expectation, also_ok: Iterable[Verdict]
     return Status.MISMATCH
 
 
+def _mismatch_code(verdict: Verdict) -> ExitCode:
+    """A missed expectation: FAILED for a verdict about the bug; CANNOT_TEST when the cell
+    could not be tested here at all (says nothing about the bug)."""
+    return ExitCode.CANNOT_TEST if verdict is Verdict.CANNOT_TEST else ExitCode.FAILED
+
+
 def exit_problem(
     exits: Sequence[RankExit], verdicts: Sequence[Verdict], launcher_stops_peers: bool = False
 ) -> str | None:
@@ -187,7 +193,7 @@ def judge(
         verdict=verdict,
         status=status,
         reason=str(result.get("reason") or fired),
-        exit_code=ExitCode.FAILED if status is Status.MISMATCH else ExitCode.OK,
+        exit_code=_mismatch_code(verdict) if status is Status.MISMATCH else ExitCode.OK,
         metrics=dict(result["metrics"]),
         decided_by=list(dict.fromkeys(rule.metric for rule in rules)),
         result=result,

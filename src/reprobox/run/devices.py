@@ -12,9 +12,10 @@ import math
 import shutil
 import subprocess
 
-from reprobox.core.errors import ExitCode, ReproboxError
+from reprobox.core.errors import CannotTestHere
 from reprobox.core.spec import Repro
 
+CHECKED_BY = "reprobox: this host's GPU count (nvidia-smi -L), checked before installing"
 # Platforms whose ranks each use a GPU (a CPU cell never needs one).
 GPU_PLATFORMS = frozenset({"gpu"})
 
@@ -70,4 +71,4 @@ def require(repro: Repro, variant: str, platform: str, available: int | None = N
     count = gpu_count() if available is None else available
     problem = shortfall(repro, variant, platform, count)
     if problem is not None:
-        raise ReproboxError(f"cannot test here: {problem}", exit_code=ExitCode.CANNOT_TEST)
+        raise CannotTestHere(f"cannot test here: {problem}", by=CHECKED_BY)

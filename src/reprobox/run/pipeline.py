@@ -24,7 +24,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from reprobox.core.cells import Cell, is_source, script_args
-from reprobox.core.errors import BadInput, ExitCode, ReproboxError
+from reprobox.core.errors import BadInput, CannotTestHere, ExitCode, ReproboxError
 from reprobox.core.files import atomic_write
 from reprobox.core.judge import Judgement, Launched, Status, judge, peek_verdict
 from reprobox.core.protocol import SCHEMA_VERSION, Verdict
@@ -317,7 +317,11 @@ def _prepare(
             settings=settings,
         )  # fmt: skip
         item.record.lock = str(lock)
-        item.prepared = backend.prepare(repro, item.cell, lock)
+        try:
+            item.prepared = backend.prepare(repro, item.cell, lock)
+        except CannotTestHere as exc:  # e.g. too few GPUs, found before installing
+            cannot_test(repro, item, str(exc), exc.by)
+            return
         item.record.lock_hash = item.prepared.lock_hash
         item.record.runner = item.prepared.runner
         item.record.torch_source = item.prepared.torch_source
@@ -415,9 +419,15 @@ def _host_torch(repro: Repro, item: Pending) -> None:
     if inside:
         return
     reason = f"cannot test here: the host's torch {host.version} {why} (host_torch = {wanted!s})"
+    cannot_test(repro, item, reason, HOST_RESULT_BY)
+
+
+def cannot_test(repro: Repro, item: Pending, reason: str, by: str) -> None:
+    """End a cell "cannot test here" on the harness's own finding (`by`), through the one
+    judge as a script's cannot-test result would: the result names who decided."""
     case = Case(item.cell, tuple(script_args(repro, item.cell)), item.run_dir)
     result = {"schema": SCHEMA_VERSION, "verdict": Verdict.CANNOT_TEST.value, "reason": reason}
-    atomic_write(case.result, json.dumps({**result, "metrics": {}, "by": HOST_RESULT_BY}))
+    atomic_write(case.result, json.dumps({**result, "metrics": {}, "by": by}))
     launched = Launched(logs=item.run_dir)
     item.record.apply(judge_case(repro, case, launched, [Verdict.CANNOT_TEST]), launched)
 
@@ -547,11 +557,15 @@ def plan_text(request: LaunchRequest, result_paths: list[str]) -> str:
 
 
 def exit_code(records: Iterable[Record]) -> ExitCode:
-    """First error's code; else FAILED when any verdict missed its expectation; else OK."""
+    """First error's code; else FAILED when a clean or reproduced verdict missed its
+    expectation; else CANNOT_TEST when a cell could not be tested here (each record's code
+    is the judge's); else OK."""
     records = list(records)
     for record in records:
         if record.status == Status.ERROR.value:
             return ExitCode(record.exit_code)
-    if any(r.status == Status.MISMATCH.value for r in records):
-        return ExitCode.FAILED
+    codes = {r.exit_code for r in records}
+    for code in (ExitCode.FAILED, ExitCode.CANNOT_TEST):
+        if code in codes:
+            return code
     return ExitCode.OK
