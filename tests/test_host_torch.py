@@ -82,6 +82,15 @@ def test_the_host_flavour_drops_torch_and_every_cuda_wheel_of_the_gpu_locks() ->
         # everything else of the lock stays, hashes and all
         assert set(pins) | set(dropped) == set(venvs.lock_pins(text)), lock
         assert "--hash=sha256:" in kept
+    kl = (ROOT / "repros" / "kl" / "locks" / "broken.gpu.txt").read_text().partition("\n")[2]
+    kept, dropped = locks.without_host_torch(kl)
+    # what only torch needs comes with the host's torch; anything another package needs stays
+    assert {"sympy", "mpmath", "networkx", "jinja2", "markupsafe"} <= set(dropped)
+    assert {"filelock", "fsspec", "typing-extensions", "trl", "deepspeed"} <= set(
+        venvs.lock_pins(kept)
+    )
+    shared = "a==1 \\\n    # via torch\nb==1 \\\n    # via\n    #   a\n    #   c\nc==1\ntorch==2\n"
+    assert locks.without_host_torch(shared)[1] == ["a", "torch"]  # b is also c's: kept
     nvml = "nvidia-ml-py==12.0 \\\n    --hash=sha256:00\ntorch==2.1.0 \\\n    --hash=sha256:11\n"
     assert locks.without_host_torch(nvml) == (
         "nvidia-ml-py==12.0 \\\n    --hash=sha256:00\n",

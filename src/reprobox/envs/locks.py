@@ -195,19 +195,42 @@ def host_provided(name: str) -> bool:
 
 def without_host_torch(text: str) -> tuple[str, list[str]]:
     """A lock's text without the entries the host's torch provides (an entry is its line and
-    the indented hash and `# via` lines under it), and the names dropped."""
-    kept: list[str] = []
-    dropped: list[str] = []
-    skipping = False
+    the indented hash and `# via` lines under it), and the names dropped: torch's family
+    (`host_provided`), then whatever the lock holds only for dropped entries (its `# via`
+    lines name no one else: sympy, networkx, jinja2 for torch), which the host's torch brings
+    beside it. A pin with no `# via` is the repro's own and always stays."""
+    blocks: list[tuple[str | None, list[str]]] = [(None, [])]  # (name, lines); header first
     for line in text.splitlines(keepends=True):
         if line[:1] not in ("", " ", "\t", "#", "\n"):
-            name = re.split(r"[=<>!~ ;@\[]", line, maxsplit=1)[0]
-            skipping = host_provided(name)
-            if skipping:
-                dropped.append(str(canonicalize_name(name)))
-        if not skipping:
-            kept.append(line)
-    return "".join(kept), dropped
+            name = str(canonicalize_name(re.split(r"[=<>!~ ;@\[]", line, maxsplit=1)[0]))
+            blocks.append((name, []))
+        blocks[-1][1].append(line)
+    needed_by = {name: _via(lines) for name, lines in blocks if name is not None}
+    dropped = {name for name in needed_by if host_provided(name)}
+    while more := {
+        name for name, via in needed_by.items()
+        if name not in dropped and via and via <= dropped
+    }:  # fmt: skip
+        dropped |= more
+    kept = "".join("".join(lines) for name, lines in blocks if name not in dropped)
+    return kept, [name for name, _ in blocks if name in dropped]
+
+
+def _via(lines: list[str]) -> set[str]:
+    """The names an entry's `# via` comment lists (`# via a` or `# via` then `#   a` lines;
+    `-r file` and `-c file` inputs count as the repro's own)."""
+    names: set[str] = set()
+    inside = False
+    for line in lines[1:]:
+        comment = line.strip()
+        if not comment.startswith("#"):
+            continue
+        body = comment.lstrip("#").strip()
+        if body.startswith("via"):
+            inside, body = True, body[3:].strip()
+        if inside and body:
+            names.add("-" if body.startswith("-") else str(canonicalize_name(body.split()[0])))
+    return names
 
 
 def host_lock(lock: Path, settings: Settings) -> Path:

@@ -7,8 +7,8 @@ uv has no `pip download`, so pip downloads, one pinned entry at a time (`--no-de
 is already the full set), with the lock's hashes checked (a uv lock hashes every file of a
 version, so they hold for another target Python too). Several locks (variants, repros) fill
 one folder: each pin is downloaded once. For a host that brings its own torch
-(`torch_from_host`), torch's family is left out by the same predicate the host-torch lock
-flavour uses (`locks.host_provided`).
+(`torch_from_host`), torch's family and what only it needs are left out by the host-torch lock
+flavour's own rule (`locks.without_host_torch`).
 """
 
 from __future__ import annotations
@@ -85,11 +85,6 @@ def pip_command() -> list[str]:
     raise EnvError("pip is not available to download a wheelhouse (python -m pip)")
 
 
-def entry_name(entry: str) -> str:
-    """The distribution a lock entry pins (`numpy==1.26.4 \\ ...` -> `numpy`)."""
-    return entry.split("==", 1)[0].split(" ", 1)[0].strip()
-
-
 def entry_pin(entry: str) -> str:
     """The entry without its hashes (`numpy==1.26.4`): what two locks share."""
     return entry.split("\\", 1)[0].strip()
@@ -98,16 +93,19 @@ def entry_pin(entry: str) -> str:
 def wanted_entries(locks: Sequence[Path], *, torch_from_host: bool) -> tuple[list[str], list[str]]:
     """The entries of every lock, each pin once, and the pins left out because the host
     gives them (torch's family, with `torch_from_host`: the host flavour's own rule)."""
-    from reprobox.envs.locks import host_provided  # locks imports this module
+    from reprobox.envs.locks import without_host_torch  # locks imports this module
 
     wanted: dict[str, str] = {}
     left_out: dict[str, None] = {}
     for lock in locks:
-        for entry in lock_entries(lock.read_text()):
-            if torch_from_host and host_provided(entry_name(entry)):
-                left_out[entry_pin(entry)] = None
-            else:
+        text = lock.read_text()
+        kept, _ = without_host_torch(text) if torch_from_host else (text, [])
+        pins = {entry_pin(entry) for entry in lock_entries(kept)}
+        for entry in lock_entries(text):
+            if entry_pin(entry) in pins:
                 wanted.setdefault(entry_pin(entry), entry)
+            else:
+                left_out[entry_pin(entry)] = None
     return list(wanted.values()), list(left_out)
 
 
