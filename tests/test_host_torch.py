@@ -59,10 +59,13 @@ def host_env(host_python: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     torch_source.probe_host.cache_clear()
 
 
-def _toy(root: Path, host_torch: str | None) -> None:
+def _toy(root: Path, host_torch: str | None, host_packages: str = "") -> None:
     toml = root / "repros" / "toy" / "repro.toml"
     if host_torch is not None:
-        toml.write_text(toml.read_text() + f'\n[platforms.cpu]\nhost_torch = "{host_torch}"\n')
+        more = f"host_packages = {host_packages}\n" if host_packages else ""
+        toml.write_text(
+            toml.read_text() + f'\n[platforms.cpu]\nhost_torch = "{host_torch}"\n{more}'
+        )
 
 
 def _error_lines(stderr: str) -> list[str]:
@@ -131,6 +134,28 @@ def test_a_bad_host_torch_range_is_bad_input_naming_the_field(toy_root: Path, ba
     _toy(toy_root, bad)
     with pytest.raises(BadInput, match=r"platforms\.cpu\.host_torch.*not a version range"):
         load(toy_root, "toy")
+
+
+@pytest.mark.parametrize(
+    ("packages", "error"),
+    [
+        ('{ numpy = "2" }', r"platforms\.cpu\.host_packages\.numpy.*not a version range"),
+        ('{ torch = ">=2" }', r"platforms\.cpu\.host_packages.*torch's range is host_torch"),
+    ],
+)
+def test_bad_host_packages_are_bad_input_naming_the_field(
+    toy_root: Path, packages: str, error: str
+) -> None:
+    _toy(toy_root, ">=2", packages)
+    with pytest.raises(BadInput, match=error):
+        load(toy_root, "toy")
+
+
+def test_the_host_flavour_also_drops_the_platforms_host_packages() -> None:
+    kl = (ROOT / "repros" / "kl" / "locks" / "zero2_bf16_1gpu.gpu.txt").read_text()
+    kept, dropped = locks.without_host_torch(kl.partition("\n")[2], ["numpy", "PyArrow"])
+    assert {"numpy", "pyarrow", "torch"} <= set(dropped)
+    assert {"datasets", "pandas", "trl"} <= set(venvs.lock_pins(kept))  # theirs to need
 
 
 def test_the_committed_repros_state_a_range_for_their_gpu_platform() -> None:
@@ -259,6 +284,49 @@ def test_a_changed_host_torch_rebuilds_the_venv(
 
 
 @pytest.mark.e2e
+@pytest.mark.e2e
+def test_host_packages_come_from_the_host_and_are_checked(toy_root: Path, host_env: Path) -> None:
+    """numpy taken from the host with its torch: not installed in the venv, the host's seen
+    and recorded; out of its range, or absent from the host, the cell cannot be tested."""
+    toml = toy_root / "repros" / "toy" / "repro.toml"
+    original = toml.read_text()
+    _toy(toy_root, ">=2.1", '{ numpy = ">=1.20,<2" }')
+    done = reprobox("run", "toy", "--variant", "clean")
+    assert done.returncode == ExitCode.OK, done.stderr
+    [record] = newest_records(toy_root / "results", "toy").values()
+    host_numpy = record["host_torch"]["package numpy"]
+    assert host_numpy.startswith("1.") and str(host_env.parent.parent) in host_numpy
+    assert record["torch_source"].startswith(
+        "host: torch 2.13.0+cpu (no CUDA), python 3.11, numpy 1."
+    )
+    env = Path(record["command"][0]).parent.parent
+    site = venvs.site_packages(env)
+    assert site is not None and not list(site.glob("numpy*")), "the venv has a numpy of its own"
+    assert "numpy" not in venvs.lock_pins(Path(record["host_torch"]["lock"]).read_text())
+
+    toml.write_text(original)
+    _toy(toy_root, ">=2.1", '{ numpy = ">=2" }')
+    done = reprobox("run", "toy", "--variant", "clean")
+    assert done.returncode == ExitCode.CANNOT_TEST, done.stderr
+    [record] = newest_records(toy_root / "results", "toy").values()
+    assert record["verdict"] == "cannot_test"
+    assert record["reason"].startswith("cannot test here: the host's numpy 1.")
+    assert record["reason"].endswith(
+        "is outside the range toy accepts on platform cpu (host_packages.numpy = >=2)"
+    )
+
+    toml.write_text(original)
+    _toy(toy_root, ">=2.1", '{ pyarrow = ">=15" }')
+    done = reprobox("run", "toy", "--variant", "clean")
+    assert done.returncode == ExitCode.CANNOT_TEST, done.stderr
+    [record] = newest_records(toy_root / "results", "toy").values()
+    assert record["reason"] == (
+        "cannot test here: the host has no pyarrow, which toy's [platforms.cpu] host_packages "
+        "takes from it"
+    )
+    assert "Traceback" not in done.stderr
+
+
 def test_host_mode_failures_are_one_line(toy_root: Path, host_env: Path, tmp_path: Path) -> None:
     """No range stated: bad input (2). A host python without torch: environment (3). A bad
     range: bad input (2), naming the field."""

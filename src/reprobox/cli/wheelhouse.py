@@ -70,6 +70,7 @@ def cmd_wheelhouse(args: argparse.Namespace) -> int:
 
     settings = getattr(args, "settings", None) or Settings.from_env()
     locks: list[Path] = []
+    given: dict[Path, list[str]] = {}  # per lock: the platform's host_packages
     pythons: set[str] = set()
     for name, asked in parse_targets(args.targets, args.variant):
         repro = spec.load(settings.root, name)
@@ -81,6 +82,7 @@ def cmd_wheelhouse(args: argparse.Namespace) -> int:
         for variant in variants:
             repro.variant(variant)  # an unknown variant: one line naming the known ones
             locks.append(lock_for(repro, variant, args.platform, settings=settings))
+            given[locks[-1]] = list(repro.platform(args.platform).host_package_ranges)
             ui.info(f"wheelhouse {repro.name} {variant}: {locks[-1].name}")
     if not args.python and len(pythons) > 1:
         raise BadInput(
@@ -90,6 +92,7 @@ def cmd_wheelhouse(args: argparse.Namespace) -> int:
     house = wheelhouse.download(
         locks, args.out.resolve(), python=args.python or lock_python,
         lock_python=lock_python if len(pythons) == 1 else "", torch_from_host=args.torch_from_host,
+        host_packages=given,
         tag=args.tag or wheelhouse.DEFAULT_TAG, settings=settings,
     )  # fmt: skip
     checked = "hashes checked"

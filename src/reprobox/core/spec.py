@@ -160,11 +160,23 @@ class PlatformSection(_Section):
     # The host torch versions the repro accepts where torch comes from the host
     # (REPROBOX_TORCH_SOURCE=host): a version range such as ">=2.1" (a packaging SpecifierSet).
     host_torch: str | None = None
+    # More packages taken from the host with its torch, each with the versions accepted
+    # (`{ pyarrow = ">=15" }`): what a cluster image ships beside torch and a lock would
+    # otherwise bring again (a wheelhouse for an offline node), dropped from the host flavour.
+    host_packages: dict[str, str] = {}
 
     @property
     def host_torch_range(self) -> SpecifierSet | None:
         """`host_torch` parsed (validated at load, so it parses)."""
         return SpecifierSet(self.host_torch) if self.host_torch is not None else None
+
+    @property
+    def host_package_ranges(self) -> dict[str, SpecifierSet]:
+        """`host_packages` parsed, by canonical name (validated at load)."""
+        return {
+            str(canonicalize_name(name)): SpecifierSet(wanted)
+            for name, wanted in sorted(self.host_packages.items())
+        }
 
 
 class ImageSection(_Section):
@@ -427,16 +439,23 @@ def _check_semantics(repro: Repro, shown: str) -> None:
                 f"platforms.{name}.ranks_per_gpu",
                 'NCCL refuses two ranks on one GPU; set backend = "gloo" to share GPUs',
             )
-        if platform.host_torch is not None:
+        ranges = {f"platforms.{name}.host_torch": platform.host_torch} | {
+            f"platforms.{name}.host_packages.{package}": wanted
+            for package, wanted in platform.host_packages.items()
+        }
+        for where, wanted in ranges.items():
+            if wanted is None:
+                continue
             try:
-                if not platform.host_torch.strip():  # "" would accept any torch, silently
-                    raise InvalidSpecifier(platform.host_torch)
-                SpecifierSet(platform.host_torch)
+                if not wanted.strip():  # "" would accept any version, silently
+                    raise InvalidSpecifier(wanted)
+                SpecifierSet(wanted)
             except InvalidSpecifier:
-                fail(
-                    f"platforms.{name}.host_torch",
-                    f'{platform.host_torch!r} is not a version range (e.g. ">=2.1")',
-                )
+                fail(where, f'{wanted!r} is not a version range (e.g. ">=2.1")')
+        if platform.host_packages and platform.host_torch is None:
+            fail(f"platforms.{name}.host_packages", "goes with host_torch (the host's torch)")
+        if "torch" in {canonicalize_name(p) for p in platform.host_packages}:
+            fail(f"platforms.{name}.host_packages", "torch's range is host_torch")
     _check_launch(repro, spec.launch, "launch", fail)
 
     for name, variant in spec.variants.items():

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,12 +194,13 @@ def host_provided(name: str) -> bool:
     return key in HOST_PROVIDED or key.startswith("nvidia-")
 
 
-def without_host_torch(text: str) -> tuple[str, list[str]]:
+def without_host_torch(text: str, also: Iterable[str] = ()) -> tuple[str, list[str]]:
     """A lock's text without the entries the host's torch provides (an entry is its line and
     the indented hash and `# via` lines under it), and the names dropped: torch's family
     (`host_provided`), then whatever the lock holds only for dropped entries (its `# via`
     lines name no one else: sympy, networkx, jinja2 for torch), which the host's torch brings
-    beside it. A pin with no `# via` is the repro's own and always stays."""
+    beside it; and the packages `also` names (a platform's `host_packages`), likewise. A pin
+    with no `# via` is the repro's own and stays unless `also` names it."""
     blocks: list[tuple[str | None, list[str]]] = [(None, [])]  # (name, lines); header first
     for line in text.splitlines(keepends=True):
         if line[:1] not in ("", " ", "\t", "#", "\n"):
@@ -206,7 +208,8 @@ def without_host_torch(text: str) -> tuple[str, list[str]]:
             blocks.append((name, []))
         blocks[-1][1].append(line)
     needed_by = {name: _via(lines) for name, lines in blocks if name is not None}
-    dropped = {name for name in needed_by if host_provided(name)}
+    given = {str(canonicalize_name(name)) for name in also}
+    dropped = {name for name in needed_by if host_provided(name) or name in given}
     while more := {
         name for name, via in needed_by.items()
         if name not in dropped and via and via <= dropped
@@ -233,22 +236,26 @@ def _via(lines: list[str]) -> set[str]:
     return names
 
 
-def host_lock(lock: Path, settings: Settings) -> Path:
-    """The host flavour of `lock` (committed or cached): its entries minus torch and the CUDA
-    runtime wheels (`host_provided`), derived with no resolution (offline), headed and
-    body-hashed like every lock and cached under its own input hash (so its environment's
-    key differs from the pinned one's). A base lock that fails its own body hash is refused
-    first (`check_body`)."""
+def host_lock(lock: Path, settings: Settings, also: Sequence[str] = ()) -> Path:
+    """The host flavour of `lock` (committed or cached): its entries minus torch, the CUDA
+    runtime wheels and the platform's `host_packages` (`without_host_torch`), derived with
+    no resolution (offline), headed and body-hashed like every lock and cached under its own
+    input hash (so its environment's key differs from the pinned one's). A base lock that
+    fails its own body hash is refused first (`check_body`)."""
     check_body(lock)
     first, _, base_body = lock.read_text().partition("\n")
     base = _HEADER.fullmatch(first.rstrip("\n"))
     assert base is not None  # check_body passed
-    inputs = {"base": base["input"], "base_body": base["body"], "torch_source": HOST_FLAVOUR}
+    inputs: dict[str, object] = {
+        "base": base["input"], "base_body": base["body"], "torch_source": HOST_FLAVOUR
+    }  # fmt: skip
+    if also:
+        inputs["host_packages"] = sorted(also)
     input_hash = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
     dest = settings.cache / "locks" / f"{input_hash}.txt"
     header = _header(dest)
     if header is None or header["input"] != input_hash or body_problem(dest) is not None:
-        kept, dropped = without_host_torch(base_body)
+        kept, dropped = without_host_torch(base_body, also)
         body = (
             f"# host flavour (REPROBOX_TORCH_SOURCE=host) of {lock.name}: without "
             f"{', '.join(dropped) or 'nothing'} (the host's torch brings them)\n" + kept

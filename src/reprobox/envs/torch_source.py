@@ -184,6 +184,13 @@ try:
     out["scripts"] = [[e.name, e.value] for e in eps if e.group == "console_scripts"]
 except Exception:
     out["scripts"] = []
+out["packages"] = {}
+for name in sys.argv[1:]:  # more packages the repro takes from the host: version, folder
+    try:
+        dist = md.distribution(name)
+        out["packages"][name] = [dist.version, str(dist.locate_file(""))]
+    except Exception:
+        out["packages"][name] = None
 print("REPROBOX-HOST " + json.dumps(out))
 """
 PROBE_TIMEOUT = 300.0  # importing a CUDA torch from a network file system can take a while
@@ -200,11 +207,23 @@ class HostTorch:
     site: str  # the folder holding the `torch` package (what the host venv's .pth names)
     # torch's commands (name, "module:function"), which live in the host's bin, not the venv's
     scripts: tuple[tuple[str, str], ...] = (("torchrun", "torch.distributed.run:main"),)
+    # the repro's `host_packages` as the host has them: (name, version, folder holding it)
+    packages: tuple[tuple[str, str, str], ...] = ()
+    missing: tuple[str, ...] = ()  # those the host does not have
 
     @property
-    def identity(self) -> dict[str, str]:
+    def identity(self) -> dict[str, object]:
         """What a host venv was built against; a change means the venv no longer matches."""
-        return {"python": self.python, "version": self.version, "site": self.site}
+        found: dict[str, object] = {"python": self.python, "version": self.version}
+        found["site"] = self.site
+        if self.packages:
+            found["packages"] = {name: [version, site] for name, version, site in self.packages}
+        return found
+
+    @property
+    def sites(self) -> list[str]:
+        """The folders a host venv's `.pth` names: torch's, then its other packages'."""
+        return list(dict.fromkeys([self.site, *(site for _, _, site in self.packages)]))
 
     def record(self, lock_python: str) -> dict[str, str]:
         """The record's `host_torch`: version, CUDA, where it lives, and the interpreter
@@ -218,22 +237,27 @@ class HostTorch:
         }
         if self.python_version != lock_python:
             fields["lock_python"] = lock_python
+        for name, version, site in self.packages:
+            fields[f"package {name}"] = f"{version} at {site}"
         return fields
 
     def describe(self, lock_python: str | None = None) -> str:
         """One line for the record's torch_source and the report, without local paths."""
         cuda = f"CUDA {self.cuda}" if self.cuda else "no CUDA"
         line = f"host: torch {self.version} ({cuda}), python {self.python_version}"
+        line += "".join(f", {name} {version}" for name, version, _ in self.packages)
         if lock_python and lock_python != self.python_version:
             line += f" (the lock's python is {lock_python})"
         return line
 
 
 @functools.cache
-def probe_host(python: str) -> HostTorch:
+def probe_host(python: str, packages: tuple[str, ...] = ()) -> HostTorch:
     """The host's torch, as `python` (REPROBOX_HOST_PYTHON: a name on PATH or a path) imports
-    it; once per process. An interpreter that is not there or does not run, or that has no
-    torch (or one that fails to import), is an environment error (exit 3)."""
+    it, and where the host has `packages` (a repro's `host_packages`); once per process. An
+    interpreter that is not there or does not run, or that has no torch (or one that fails
+    to import), is an environment error (exit 3); a package it lacks is in `missing` (the
+    cell cannot be tested there: the pipeline says so)."""
     what = f"REPROBOX_HOST_PYTHON={python}"
     found = shutil.which(python) if "/" not in python else python
     if found is None or not Path(found).exists():
@@ -241,7 +265,7 @@ def probe_host(python: str) -> HostTorch:
     with tempfile.TemporaryDirectory() as cwd:  # a `torch/` folder where we are shadows none
         try:
             proc = subprocess.run(
-                [found, "-c", _PROBE],
+                [found, "-c", _PROBE, *packages],
                 capture_output=True,
                 text=True,
                 timeout=PROBE_TIMEOUT,
@@ -272,4 +296,8 @@ def probe_host(python: str) -> HostTorch:
         cuda=info["cuda"],
         site=str(torch_init.parent.parent),
         scripts=tuple(sorted(scripts.items())),
+        packages=tuple(
+            (name, got[0], got[1]) for name, got in sorted(info["packages"].items()) if got
+        ),
+        missing=tuple(sorted(name for name, got in info["packages"].items() if not got)),
     )

@@ -93,6 +93,7 @@ def ensure_env(
     no_build_isolation: Sequence[str] = (),
     *,
     settings: Settings,
+    host_packages: Sequence[str] = (),
 ) -> Env:
     """Return the venv for `lock`, creating it (under a file lock) if it is not ready.
 
@@ -103,13 +104,14 @@ def ensure_env(
     trusted to fail every run with an ImportError.
     Packages in `no_build_isolation` (whose source build imports others from the lock, as
     deepspeed's imports torch) are installed last, against the venv.
+    With the host's torch, `host_packages` (the platform's) come from the host too.
     """
     install_env = install_env or {}
     host: torch_source.HostTorch | None = None
     lock_python = python
     if settings.torch_source == "host":  # the lock without torch, in the host's interpreter
-        host = torch_source.probe_host(settings.host_python)
-        lock, python = locks.host_lock(lock, settings), host.python
+        host = torch_source.probe_host(settings.host_python, tuple(host_packages))
+        lock, python = locks.host_lock(lock, settings, host_packages), host.python
     digest = env_hash(lock, python, install_env, no_build_isolation)
     path = settings.cache / "envs" / digest
     problem = _host_problem(path, host) or ready_problem(path, lock)
@@ -179,7 +181,12 @@ def _host_scripts(path: Path, host: torch_source.HostTorch) -> None:
 def _check_host_import(path: Path, host: torch_source.HostTorch) -> None:
     """The venv must import the host's torch, from the host's folder: proves the `.pth`
     works, and that the lock's packages (say an older numpy) do not break torch's import."""
-    code = "import torch, sys; print(torch.__file__); print(torch.__version__)"
+    names = [name for name, _, _ in host.packages]
+    code = (
+        "import importlib.metadata as md, sys, torch; "
+        f"[print(md.version(n)) for n in {names!r}]; print(torch.__file__); "
+        "print(torch.__version__)"
+    )
     proc = subprocess.run(
         [str(path / "bin" / "python"), "-c", code],
         capture_output=True, text=True, timeout=torch_source.PROBE_TIMEOUT,
@@ -193,6 +200,9 @@ def _check_host_import(path: Path, host: torch_source.HostTorch) -> None:
         raise EnvError(
             f"the host venv {path} imports torch from {lines[-2]}, not the host's {host.site}"
         )
+    for (name, version, _), seen in zip(host.packages, lines, strict=False):
+        if seen != version:  # the venv has none of its own: it sees the host's
+            raise EnvError(f"the host venv {path} sees {name} {seen}, not the host's {version}")
 
 
 def _install(
@@ -214,7 +224,7 @@ def _install(
         site = site_packages(path)
         if site is None:
             raise EnvError(f"the venv {path} made with {host.python} has no site-packages")
-        (site / HOST_TORCH_PTH).write_text(host.site + "\n")
+        (site / HOST_TORCH_PTH).write_text("".join(f"{folder}\n" for folder in host.sites))
         _host_scripts(path, host)
     # A wheelhouse (REPROBOX_WHEELHOUSE) replaces every index: an offline node installs from it.
     links = wheelhouse.install_args(settings) or torch_args(lock.read_text(), settings)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,16 +90,23 @@ def entry_pin(entry: str) -> str:
     return entry.split("\\", 1)[0].strip()
 
 
-def wanted_entries(locks: Sequence[Path], *, torch_from_host: bool) -> tuple[list[str], list[str]]:
+def wanted_entries(
+    locks: Sequence[Path],
+    *,
+    torch_from_host: bool,
+    host_packages: Mapping[Path, Sequence[str]] | None = None,
+) -> tuple[list[str], list[str]]:
     """The entries of every lock, each pin once, and the pins left out because the host
-    gives them (torch's family, with `torch_from_host`: the host flavour's own rule)."""
+    gives them (with `torch_from_host`, by the host flavour's own rule: torch's family, and
+    each lock's platform's `host_packages`)."""
     from reprobox.envs.locks import without_host_torch  # locks imports this module
 
     wanted: dict[str, str] = {}
     left_out: dict[str, None] = {}
     for lock in locks:
         text = lock.read_text()
-        kept, _ = without_host_torch(text) if torch_from_host else (text, [])
+        also = (host_packages or {}).get(lock, ())
+        kept, _ = without_host_torch(text, also) if torch_from_host else (text, [])
         pins = {entry_pin(entry) for entry in lock_entries(kept)}
         for entry in lock_entries(text):
             if entry_pin(entry) in pins:
@@ -132,6 +139,7 @@ def download(
     tag: str,
     settings: Settings,
     torch_from_host: bool = False,
+    host_packages: Mapping[Path, Sequence[str]] | None = None,
 ) -> Wheelhouse:
     """Download every distribution `locks` pin into `dest` for `python` and `tag`, each once.
 
@@ -140,14 +148,17 @@ def download(
     a version (each Python's wheels), so another Python's files match too. Only for another
     Python than the lock's, a pin whose file the lock has no hash of (a wheel found in a
     local folder at lock time) is downloaded unchecked, and named (`unchecked`). With
-    `torch_from_host`, torch's family is not downloaded (the host's torch is used)."""
+    `torch_from_host`, torch's family is not downloaded (the host's torch is used), nor a
+    lock's `host_packages` (per lock)."""
     dest.mkdir(parents=True, exist_ok=True)
     pip = pip_command()
     links = [a for link in torch_source.find_links(settings) for a in ("--find-links", link)]
     target = [f"--platform={p}" for p in pip_platforms(tag)]
     target += ["--python-version", python, "--implementation", "cp"]
     base = [*pip, "download", "--no-deps", "--quiet", "--dest", str(dest), *links, *target]
-    entries, left_out = wanted_entries(locks, torch_from_host=torch_from_host)
+    entries, left_out = wanted_entries(
+        locks, torch_from_host=torch_from_host, host_packages=host_packages
+    )
     unchecked: list[str] = []
     with tempfile.TemporaryDirectory(prefix="reprobox-wheelhouse-") as scratch:
         for entry in entries:

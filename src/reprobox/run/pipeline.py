@@ -141,7 +141,10 @@ def env_inputs(repro: Repro, platform: str) -> tuple[str, dict[str, str], list[s
 
 def ensure_env(repro: Repro, lock: Path, platform: str, *, settings: Settings) -> venvs.Env:
     """The repro's environment for `lock` on `platform`, created if needed."""
-    return venvs.ensure_env(lock, *env_inputs(repro, platform), settings=settings)
+    host_packages = list(repro.platform(platform).host_package_ranges)
+    return venvs.ensure_env(
+        lock, *env_inputs(repro, platform), settings=settings, host_packages=host_packages
+    )
 
 
 # ---- the pipeline ---------------------------------------------------------------------------
@@ -396,8 +399,9 @@ HOST_RESULT_BY = "reprobox: the host's torch, checked before launching"
 def _host_torch(repro: Repro, item: Pending) -> None:
     """Record the host's torch the cell's environment imports, and end the cell cannot-test
     (through the judge, like a script's own preflight) when its version is outside the
-    repro's `host_torch` range. A development build (`2.6.0a0+git...`, as NGC images ship)
-    counts as its release: a range would otherwise refuse every such build silently."""
+    repro's `host_torch` range, or a `host_packages` entry is missing or outside its range.
+    A development build (`2.6.0a0+git...`, as NGC images ship) counts as its release: a
+    range would otherwise refuse every such build silently."""
     assert item.prepared is not None
     platform = item.cell.platform
     wanted = host_range(repro, platform)
@@ -411,15 +415,32 @@ def _host_torch(repro: Repro, item: Pending) -> None:
     host_lock = getattr(item.prepared.handle, "host_lock", None)
     if host_lock is not None:  # what was installed: `lock` is what it was derived from
         item.record.host_torch["lock"] = str(host_lock)
+    where = f"{repro.name} accepts on platform {platform}"
+    problem = _outside("torch", host.version, wanted, where)
+    found = {name: version for name, version, _ in host.packages}
+    for name, wanted_range in repro.platform(platform).host_package_ranges.items():
+        if problem is not None:
+            break
+        if name in host.missing:
+            section = f"[platforms.{platform}] host_packages"
+            problem = f"the host has no {name}, which {repro.name}'s {section} takes from it"
+        else:
+            problem = _outside(name, found[name], wanted_range, where)
+    if problem is not None:
+        cannot_test(repro, item, f"cannot test here: {problem}", HOST_RESULT_BY)
+
+
+def _outside(name: str, version: str, wanted: SpecifierSet, where: str) -> str | None:
+    """Why the host's `name` `version` is not in `wanted`, or None. A development build
+    (`2.6.0a0+git...`) counts as its release."""
     try:
-        inside = wanted.contains(Version(host.version), prereleases=True)
-        why = f"is outside the range {repro.name} accepts on platform {platform}"
+        if wanted.contains(Version(version), prereleases=True):
+            return None
+        why = f"is outside the range {where}"
     except InvalidVersion:
-        inside, why = False, "is not a version the range can be checked against"
-    if inside:
-        return
-    reason = f"cannot test here: the host's torch {host.version} {why} (host_torch = {wanted!s})"
-    cannot_test(repro, item, reason, HOST_RESULT_BY)
+        why = "is not a version the range can be checked against"
+    field = "host_torch" if name == "torch" else f"host_packages.{name}"
+    return f"the host's {name} {version} {why} ({field} = {wanted!s})"
 
 
 def cannot_test(repro: Repro, item: Pending, reason: str, by: str) -> None:

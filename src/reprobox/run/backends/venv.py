@@ -16,7 +16,7 @@ from reprobox.envs import venvs
 from reprobox.run import devices, launcher
 from reprobox.run.backend import PLAN_FILE, PREFLIGHT_LOG, LaunchRequest, Prepared
 from reprobox.run.exits import last_error, launcher_exits, rank_exits
-from reprobox.run.pipeline import env_inputs, plan_text
+from reprobox.run.pipeline import ensure_env, plan_text
 
 
 class VenvBackend:
@@ -32,7 +32,7 @@ class VenvBackend:
         started = time.monotonic()
         # Too few GPUs is "cannot test here" (125), found before a 3 GB install, not a crash.
         devices.require(repro, cell.variant, cell.platform, self.gpus)
-        env = venvs.ensure_env(lock, *env_inputs(repro, cell.platform), settings=self.settings)
+        env = ensure_env(repro, lock, cell.platform, settings=self.settings)
         return Prepared(
             key=str(env.path),
             lock=lock,
