@@ -5,12 +5,14 @@ budget; only records this check wrote are reported."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import ROOT, reprobox
@@ -52,7 +54,7 @@ def test_dry_run_prints_the_plan_and_says_no_gpu(tmp_path: Path) -> None:
     )  # fmt: skip
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
-    for cell in gpu_check.PLAN:
+    for cell in gpu_check.load_plan(ROOT):
         assert f"{cell.repro} {', '.join(cell.variants) or 'default variants'}: cap >=" in out, out
     assert "2 files" in out and "sdists deepspeed-0.19.8.tar.gz" in out, out
     assert "no GPU" in out and "would stop here" in out, out
@@ -75,10 +77,12 @@ def test_a_listed_gpu_that_the_host_torch_cannot_use_is_no_gpu(tmp_path: Path) -
 
 
 def test_the_caps_sum_under_the_budget() -> None:
-    caps = [cell.cap(gpu_check.BUDGET_S) for cell in gpu_check.PLAN]
+    caps = [cell.cap(gpu_check.BUDGET_S) for cell in gpu_check.load_plan(ROOT)]
     assert gpu_check.BUDGET_S == 480 and sum(caps) + gpu_check.PROBE_S <= gpu_check.BUDGET_S
     assert all(cap >= 60 for cap in caps), caps
-    gpu_check.check_plan(ROOT)  # every planned variant exists and runs on platform gpu
+    gpu_check.check_plan(
+        ROOT, gpu_check.load_plan(ROOT)
+    )  # every planned variant exists and runs on platform gpu
 
 
 def test_the_check_exit_reads_every_cell() -> None:
@@ -119,7 +123,7 @@ def test_a_budget_below_the_probe_is_bad_input() -> None:
 
 def test_a_cell_this_host_cannot_run_ends_cannot_test_with_the_reason(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": _path_without_nvidia_smi(), "REPROBOX_RESULTS": str(tmp_path)}
-    cell = gpu_check.PlannedCell("lm_head", (), 1.0, "4 ranks")
+    cell = gpu_check.PlannedCell(repro="lm_head", share=1.0, why="4 ranks")
     code, _, log = gpu_check.run_cell(cell, 120, env, tmp_path)
     assert code in (1, 125), log.read_text()  # cannot-test: a mismatch where not also_ok
     assert "cannot test here" in gpu_check.last_error(log) and "GPU" in gpu_check.last_error(log)
@@ -136,7 +140,7 @@ def test_a_cell_past_its_cap_is_stopped_and_reads_as_a_timeout(tmp_path: Path) -
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
     env = {**os.environ, "PATH": _path_without_nvidia_smi(bin_dir)}
     env |= {"REPROBOX_RESULTS": str(tmp_path / "out"), "REPROBOX_CACHE": str(tmp_path / "c")}
-    cell = gpu_check.PlannedCell("kl", ("zero2_bf16_1gpu",), 1.0, "broken")
+    cell = gpu_check.PlannedCell(repro="kl", variants=("zero2_bf16_1gpu",), share=1.0, why="broken")
     code, wall, log = gpu_check.run_cell(cell, 3.0, env, tmp_path)
     said = log.read_text()
     assert code == 124 and wall < 3.0 + gpu_check.GRACE_S + 5, (wall, said)
@@ -147,10 +151,70 @@ def test_time_a_cell_leaves_goes_to_the_cells_after_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", _path_without_nvidia_smi())
-    plan = tuple(gpu_check.PlannedCell("lm_head", (), 0.5, n, True) for n in ("a", "b"))
-    monkeypatch.setattr(gpu_check, "PLAN", plan)
+    plan = tuple(
+        gpu_check.PlannedCell(repro="lm_head", share=0.5, why=n, may_not_test=True)
+        for n in ("a", "b")
+    )
     env = {**os.environ, "REPROBOX_RESULTS": str(tmp_path)}
-    cells = gpu_check.run_plan(time.monotonic() + 100, env, tmp_path, "2000", tmp_path)
+    cells = gpu_check.run_plan(plan, time.monotonic() + 100, env, tmp_path, "2000", tmp_path)
     assert all(c["exit"] in (1, 125) for c in cells), cells  # 4 ranks, no GPU: at once
     assert 45 < cells[0]["cap_s"] <= 50 and cells[1]["cap_s"] > 80, cells
     assert gpu_check.check_exit(cells) == 0
+
+
+STOPPED_CHILD = """
+import sys
+from pathlib import Path
+from reprobox.cli import gpu_check
+from reprobox.run import interrupts
+cell = gpu_check.PlannedCell(repro="kl", variants=("zero2_bf16_1gpu",), share=1.0, why="x")
+with interrupts.handled():
+    try:
+        gpu_check.run_cell(cell, 600, dict(__import__("os").environ), Path(sys.argv[1]))
+    except KeyboardInterrupt:
+        sys.exit(143)
+"""
+
+
+def test_a_check_terminated_mid_cell_leaves_no_process(tmp_path: Path) -> None:
+    """SIGTERM to the check while a cell installs: the cell's run (its own session) is
+    stopped too, and nothing of it is left."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": _path_without_nvidia_smi(bin_dir)}
+    env |= {"REPROBOX_RESULTS": str(tmp_path / "out"), "REPROBOX_CACHE": str(tmp_path / "c")}
+    proc = subprocess.Popen([sys.executable, "-c", STOPPED_CHILD, str(tmp_path)], env=env)
+    log = tmp_path / "kl-zero2_bf16_1gpu.log"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (tmp_path / "c").exists():
+        time.sleep(0.2)  # the run has started (its cache appears)
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    left = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(tmp_path) in part for part in p.info["cmdline"] or []):
+                left.append(p.info["cmdline"])
+        except psutil.Error:
+            pass
+    assert not left, left
+    assert log.is_file()
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("", "is not a plan"),
+        ('[[cell]]\nrepro = "kl"\nshare = 0.5\nwhy = "x"\n', "sum to 0.5, not 1"),
+        ('[[cell]]\nrepro = "kl"\nshare = 1\nwhy = "x"\nsurprise = 1\n', "is not a plan"),
+    ],
+)
+def test_a_plan_that_is_not_one_is_bad_input(tmp_path: Path, text: str, said: str) -> None:
+    (tmp_path / "repros").mkdir()
+    (tmp_path / "repros" / "gpu_check.toml").write_text(text)
+    with pytest.raises(gpu_check.BadInput, match=said):
+        gpu_check.load_plan(tmp_path)

@@ -22,25 +22,33 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from reprobox.cli import ui
 from reprobox.core.errors import BadInput, ExitCode, ReproboxError
+from reprobox.run import interrupts
 
 BUDGET_S = 480.0  # the whole check, GPU probe included
 PROBE_S = 30.0  # kept for probing the host (nvidia-smi, importing torch)
 GRACE_S = 20.0  # a cell past its cap is sent SIGTERM (ranks killed, recorded), then killed
 
 
-@dataclass(frozen=True)
-class PlannedCell:
+PLAN_FILE = Path("repros") / "gpu_check.toml"  # under the root: the cells, in order
+
+
+class PlannedCell(BaseModel):
     """One `reprobox run` of the check: a repro, its variants (empty: the defaults), its cap."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     repro: str
-    variants: tuple[str, ...]
-    share: float  # of the budget left after the probe
+    variants: tuple[str, ...] = ()
+    share: float = Field(gt=0, le=1)  # of the budget left after the probe
     why: str
     may_not_test: bool = False  # cannot-test (with its reason) is an answer, not a failure
 
@@ -49,15 +57,27 @@ class PlannedCell:
         return round((budget - PROBE_S - GRACE_S) * self.share, 1)
 
 
-# The shares sum to 1. lm_head first: on one GPU its 4 NCCL ranks end cannot-test at once,
-# and the time it leaves goes to kl's cells; kl's first cell installs (DeepSpeed built from
-# its sdist), the signed KL reuses its environment, the fixed one builds its own.
-PLAN = (
-    PlannedCell("lm_head", (), 0.16, "default variants, 4 ranks: gloo or cannot-test", True),
-    PlannedCell("kl", ("zero2_bf16_1gpu",), 0.32, "broken: trl 0.7.1, ZeRO-2 + bf16, 1 process"),
-    PlannedCell("kl", ("fixed_1gpu",), 0.24, "fixed: trl 0.7.2, 1 process"),
-    PlannedCell("kl", ("signed_kl_1gpu",), 0.28, "the signed step-0 KL (expect unknown)"),
-)
+class Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cell: list[PlannedCell] = Field(min_length=1)
+
+
+def load_plan(root: Path) -> tuple[PlannedCell, ...]:
+    """The check's cells from `repros/gpu_check.toml` (the harness names no repro itself):
+    a missing or malformed plan, or shares that do not sum to 1, is bad input."""
+    path = root / PLAN_FILE
+    try:
+        plan = Plan.model_validate(tomllib.loads(path.read_text()))
+    except OSError as exc:
+        raise BadInput(f"gpu-check: cannot read its plan {path}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, ValidationError) as exc:
+        first = str(exc).strip().splitlines()
+        raise BadInput(f"gpu-check: {path} is not a plan: {' '.join(first[:3])}") from None
+    total = sum(cell.share for cell in plan.cell)
+    if abs(total - 1.0) > 1e-6:
+        raise BadInput(f"gpu-check: the shares in {path} sum to {total:g}, not 1")
+    return tuple(plan.cell)
 
 
 @dataclass
@@ -167,11 +187,11 @@ def wheelhouse_summary(path: Path | None) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def check_plan(root: Path) -> None:
+def check_plan(root: Path, plan: tuple[PlannedCell, ...]) -> None:
     """Every planned variant exists and runs on platform gpu (a stale plan: one line)."""
     from reprobox.core import spec
 
-    for cell in PLAN:
+    for cell in plan:
         repro = spec.load(root, cell.repro)
         repro.platform("gpu")
         for variant in cell.variants:
@@ -205,14 +225,28 @@ def run_cell(
         try:
             code = proc.wait(timeout=max(0.0, cap))
         except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=GRACE_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            _stop(proc)
             code = int(ExitCode.TIMEOUT)
+        except BaseException:  # Ctrl-C, SIGTERM: the run (its own session) is stopped too
+            with interrupts.shielded(raise_pending=False):
+                _stop(proc)
+            raise
     return code, round(time.monotonic() - started, 1), log
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the run (it kills its ranks and records the cell as interrupted); what is
+    left after the grace is killed, its whole session."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def cell_results(
@@ -266,15 +300,20 @@ def check_exit(cells: list[dict[str, Any]]) -> int:
 
 
 def run_plan(
-    deadline: float, env: dict[str, str], logs: Path, since: str, results: Path
+    plan: tuple[PlannedCell, ...],
+    deadline: float,
+    env: dict[str, str],
+    logs: Path,
+    since: str,
+    results: Path,
 ) -> list[dict[str, Any]]:
     """Each planned cell under its cap, its share of the time left before `deadline` (a
     monotonic time), and what it left: exit, wall time, log, its records, the harness's
     reason."""
     cells: list[dict[str, Any]] = []
-    for i, cell in enumerate(PLAN):
+    for i, cell in enumerate(plan):
         # this cell's share of what is left: time an earlier cell did not use goes to the rest
-        cap = (deadline - time.monotonic()) * cell.share / sum(c.share for c in PLAN[i:])
+        cap = (deadline - time.monotonic()) * cell.share / sum(c.share for c in plan[i:])
         entry: dict[str, Any] = {"repro": cell.repro, "variants": list(cell.variants),
                                  "why": cell.why, "cap_s": round(cap, 1),
                                  "may_not_test": cell.may_not_test}  # fmt: skip
@@ -302,9 +341,10 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     python = host_python(settings.host_python)
     if args.budget <= PROBE_S:
         raise BadInput(f"--budget {args.budget}: more than {PROBE_S:.0f} s is needed")
+    plan = load_plan(settings.root)
     if args.dry_run:
-        check_plan(settings.root)
-        for cell in PLAN:
+        check_plan(settings.root, plan)
+        for cell in plan:
             what = ", ".join(cell.variants) or "default variants"
             ui.info(f"gpu-check plan: {cell.repro} {what}: cap >= {cell.cap(args.budget)} s "
                     f"({cell.why})")  # fmt: skip
@@ -327,7 +367,7 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     env = {**os.environ, "REPROBOX_TORCH_SOURCE": "host", "REPROBOX_HOST_PYTHON": python}
     if house["path"]:
         env["REPROBOX_WHEELHOUSE"] = house["path"]
-    check_plan(settings.root)
+    check_plan(settings.root, plan)
     from reprobox.core.records import utc_now
 
     since = utc_now()  # the records' own clock format: a later record compares greater
@@ -335,7 +375,7 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     # a cell stopped at its cap may take GRACE_S more to end: the last one must end in time
     deadline = started + args.budget - GRACE_S
-    cells = run_plan(deadline, env, logs, since, settings.results)
+    cells = run_plan(plan, deadline, env, logs, since, settings.results)
     report = {
         "schema": 1, "started_at": since, "budget_s": args.budget,
         "wall_s": round(time.monotonic() - started, 1),

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from reprobox.cli import bundle as bundle_cli
 from reprobox.cli import export as export_cli
+from reprobox.cli import gpu_check as gpu_check_cli
 from reprobox.cli import listing as list_cli
 from reprobox.cli import report as report_cli
 from reprobox.cli import scaleout as scaleout_cli
@@ -304,6 +305,7 @@ def _parser() -> argparse.ArgumentParser:
     export_cli.register(commands)
     bundle_cli.register(commands)
     wheelhouse_cli.register(commands)
+    gpu_check_cli.register(commands)
     scaleout_cli.register(commands)
     return parser
 

@@ -1,9 +1,9 @@
 """The `wheelhouse` command: every wheel and sdist the locks of some variants install, in one
 folder, so a node with no internet installs them (`REPROBOX_WHEELHOUSE=DIR`). Several repros
 and variants fill one folder, each pin once (`reprobox wheelhouse kl:fixed_1gpu lm_head`);
-`--torch-from-host` leaves out what a host with its own torch gives (torch's family). `cli.main`
-adds it with `register(subparsers)`, which also adds `gpu-check` (the check that runs from such
-a wheelhouse); failures raise `ReproboxError`, which `cli.main` turns into one line.
+`--torch-from-host` leaves out what a host with its own torch gives (torch's family and the
+platform's `host_packages`). `cli.main` adds it with `register(subparsers)`; failures raise
+`ReproboxError`, which `cli.main` turns into one line.
 """
 
 from __future__ import annotations
@@ -11,13 +11,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from reprobox.cli import gpu_check as gpu_check_cli
 from reprobox.cli import ui
 from reprobox.core.errors import BadInput
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `wheelhouse` (and `gpu-check`) to the `reprobox` parser."""
+    """Add `wheelhouse` to the `reprobox` parser."""
     parser = subparsers.add_parser(
         "wheelhouse",
         help="download every wheel/sdist a lock needs into a folder, for offline installs",
@@ -40,12 +39,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--torch-from-host", action="store_true",
-        help="the target has its own torch: leave out torch, triton, nvidia-* and cuda-* "
-             "(what REPROBOX_TORCH_SOURCE=host does not install)",
+        help="the target has its own torch: leave out torch, triton, nvidia-*, cuda-* and the "
+             "platform's host_packages (what REPROBOX_TORCH_SOURCE=host does not install)",
     )  # fmt: skip
     parser.add_argument("-o", "--out", type=Path, required=True, help="the folder to fill")
     parser.set_defaults(handler=cmd_wheelhouse)
-    gpu_check_cli.register(subparsers)
 
 
 def parse_targets(targets: list[str], variants: list[str]) -> list[tuple[str, list[str]]]:
