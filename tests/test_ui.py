@@ -190,3 +190,15 @@ def test_ui_imports_only_core() -> None:
     outside = [m for m in loaded if not m.startswith(("reprobox.core", "reprobox.cli"))]
     assert outside == []
     assert [m for m in loaded if m.startswith("reprobox.cli.")] == ["reprobox.cli.ui"]
+
+
+def test_a_cell_that_could_not_be_tested_is_not_called_a_mismatch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    buffer = io.StringIO()
+    monkeypatch.setattr(ui, "console", Console(file=buffer, width=200, color_system=None))
+    ui.record_line(_record("broken", "cannot_test", status="mismatch", reason="too few GPUs"))
+    ui.record_line(_record("fixed", "clean", status="mismatch"))
+    first, second = buffer.getvalue().splitlines()
+    assert "CANNOT TEST" in first and "MISMATCH" not in first
+    assert "MISMATCH" in second

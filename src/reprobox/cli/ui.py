@@ -65,9 +65,12 @@ def record_line(record: Record) -> None:
     """`lm_head broken: reproduced (expected reproduced) ok  lm_head/... 5.1s`"""
     verdict = record.verdict or "error"
     mark = {"match": "ok", "mismatch": "MISMATCH", "recorded": "recorded", "error": "ERROR"}
+    shown = mark.get(record.status, record.status)
+    if record.status == "mismatch" and verdict == "cannot_test":
+        shown = "CANNOT TEST"  # says nothing about the bug: not a verdict that missed
     line = (
         f"{record.repro} {record.label}: {verdict} (expected {record.expect}) "
-        f"{mark.get(record.status, record.status)}  {record.wall_s:.1f}s"
+        f"{shown}  {record.wall_s:.1f}s"
     )
     if record.reason:
         line += f"  - {record.reason}"
