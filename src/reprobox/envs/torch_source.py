@@ -184,6 +184,12 @@ try:
     out["scripts"] = [[e.name, e.value] for e in eps if e.group == "console_scripts"]
 except Exception:
     out["scripts"] = []
+import os, sysconfig
+own = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}
+out["paths"] = [  # where the host finds packages (site dirs, PYTHONPATH), not its stdlib
+    p for p in sys.path[1:]
+    if p and os.path.isdir(p) and p not in own and os.path.basename(p) != "lib-dynload"
+]
 out["packages"] = {}
 for name in sys.argv[1:]:  # more packages the repro takes from the host: version, folder
     try:
@@ -210,6 +216,9 @@ class HostTorch:
     # the repro's `host_packages` as the host has them: (name, version, folder holding it)
     packages: tuple[tuple[str, str, str], ...] = ()
     missing: tuple[str, ...] = ()  # those the host does not have
+    # the host's other package folders (its site-packages, PYTHONPATH): where torch's own
+    # dependencies live, which the host flavour leaves out of the lock
+    paths: tuple[str, ...] = ()
 
     @property
     def identity(self) -> dict[str, object]:
@@ -218,12 +227,17 @@ class HostTorch:
         found["site"] = self.site
         if self.packages:
             found["packages"] = {name: [version, site] for name, version, site in self.packages}
+        if self.paths:
+            found["paths"] = list(self.paths)
         return found
 
     @property
     def sites(self) -> list[str]:
-        """The folders a host venv's `.pth` names: torch's, then its other packages'."""
-        return list(dict.fromkeys([self.site, *(site for _, _, site in self.packages)]))
+        """The folders a host venv's `.pth` names: torch's, its other packages', then the
+        rest of the host's (what torch itself imports: the host flavour drops what only
+        torch needs); all after the venv's own site-packages, so the lock's pins win."""
+        packages = (site for _, _, site in self.packages)
+        return list(dict.fromkeys([self.site, *packages, *self.paths]))
 
     def record(self, lock_python: str) -> dict[str, str]:
         """The record's `host_torch`: version, CUDA, where it lives, and the interpreter
@@ -239,6 +253,8 @@ class HostTorch:
             fields["lock_python"] = lock_python
         for name, version, site in self.packages:
             fields[f"package {name}"] = f"{version} at {site}"
+        if self.paths:
+            fields["paths"] = ":".join(self.paths)  # the host's folders the venv also sees
         return fields
 
     def describe(self, lock_python: str | None = None) -> str:
@@ -300,4 +316,5 @@ def probe_host(python: str, packages: tuple[str, ...] = ()) -> HostTorch:
             (name, got[0], got[1]) for name, got in sorted(info["packages"].items()) if got
         ),
         missing=tuple(sorted(name for name, got in info["packages"].items() if not got)),
+        paths=tuple(info.get("paths") or ()),
     )

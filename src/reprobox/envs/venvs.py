@@ -6,7 +6,8 @@ lock is rebuilt).
 
 With the host's torch (REPROBOX_TORCH_SOURCE=host) the venv is made with the host's
 interpreter and installs the lock's host flavour (no torch, no CUDA wheels); a `.pth` file
-in its site-packages names the folder holding the host's torch. A `.pth` line is appended to
+in its site-packages names the folder holding the host's torch, then the host's other
+package folders (where torch's own dependencies are). A `.pth` line is appended to
 `sys.path` after the venv's own site-packages, so the lock's pins win over the host's copies
 of the same packages; and it works alike for a system, conda or venv host
 (`--system-site-packages` would show a venv host's base interpreter, not the venv's torch).
