@@ -364,6 +364,9 @@ class _Guard:
                 [sys.executable, "-m", "reprobox.run.watchdog", run_id, *entry],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
+                # not the harness's stderr: a caller reading it (nox, a pipe) sees it end when
+                # the harness does, not when the watchdog has finished killing
+                stderr=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,  # a Ctrl-C in the terminal is not for it
             )

@@ -133,7 +133,8 @@ class Watcher:
         try:
             self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
                 [sys.executable, "-m", "reprobox.run.watchdog", run_id],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env,
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env=env,
                 start_new_session=True,  # a Ctrl-C in the terminal is not for it
             )  # fmt: skip
         except OSError:
