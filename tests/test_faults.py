@@ -189,6 +189,9 @@ def test_ctrl_c_under_nox_leaves_nothing(
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # its own group, as a terminal's foreground job has
+        # a terminal's foreground job takes Ctrl-C: not the SIG_IGN a shell gives a job it
+        # starts in the background (`cmd &`), which this test's runner may have inherited
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert _wait_until(lambda: _ready(stubborn_root) >= 2, 120), _leftovers(stubborn_root)
@@ -197,7 +200,14 @@ def test_ctrl_c_under_nox_leaves_nothing(
             nox.send_signal(signal.SIGINT)
         else:
             os.killpg(nox.pid, signal.SIGINT)
-        output, _ = nox.communicate(timeout=30)
+        try:
+            output, _ = nox.communicate(timeout=30)
+        except subprocess.TimeoutExpired as exc:
+            said = exc.output.decode(errors="replace") if isinstance(exc.output, bytes) else ""
+            raise AssertionError(
+                f"nox did not end 30 s after SIGINT; left: {_leftovers(stubborn_root)}; "
+                f"said: {said or exc.output!r}"
+            ) from None
     finally:
         nox.kill()
     assert nox.returncode != 0, output
