@@ -128,6 +128,14 @@ class Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+def _write_pair(root: Path) -> None:
+    """The `pair` repro under `root` (its repro.toml and script)."""
+    directory = root / "repros" / "pair"
+    directory.mkdir()
+    (directory / "repro.toml").write_text(PAIR_TOML)
+    (directory / "pair.py").write_text(PAIR_SCRIPT)
+
+
 def gate_index() -> FakeIndex:
     return FakeIndex({GATE: [Release(Version(v)) for v in GATE_VERSIONS]})
 
@@ -141,10 +149,7 @@ def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def pair_root(
     scratch_root: Path, shared_cache: Path, gate_index_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> Path:
-    directory = scratch_root / "repros" / "pair"
-    directory.mkdir()
-    (directory / "repro.toml").write_text(PAIR_TOML)
-    (directory / "pair.py").write_text(PAIR_SCRIPT)
+    _write_pair(scratch_root)
     monkeypatch.setenv("REPROBOX_CACHE", str(shared_cache))
     monkeypatch.setenv("UV_EXTRA_INDEX_URL", gate_index_url)
     git._moving.clear()
@@ -255,10 +260,7 @@ def test_a_moving_ref_is_resolved_once_when_the_bisect_starts(
     copy = tmp_path / "moving"
     subprocess.run(["git", "clone", "-q", "--bare", str(flagrepo.path), str(copy)], check=True)
     subprocess.run(["git", "branch", "-f", "fix", flagrepo.shas["docs"]], cwd=copy, check=True)
-    directory = scratch_root / "repros" / "pair"
-    directory.mkdir()
-    (directory / "repro.toml").write_text(PAIR_TOML)
-    (directory / "pair.py").write_text(PAIR_SCRIPT)
+    _write_pair(scratch_root)
     settings = Settings.from_env(
         {"REPROBOX_ROOT": str(scratch_root), "REPROBOX_CACHE": str(tmp_path / "cache")}
     )
@@ -288,10 +290,7 @@ def test_a_moving_ref_is_resolved_once_when_the_bisect_starts(
 
 
 def test_overriding_the_package_searched_is_bad_input(scratch_root: Path) -> None:
-    directory = scratch_root / "repros" / "pair"
-    directory.mkdir()
-    (directory / "repro.toml").write_text(PAIR_TOML)
-    (directory / "pair.py").write_text(PAIR_SCRIPT)
+    _write_pair(scratch_root)
     ends = ["--package", GATE, "--good", "1.0.0", "--bad", "1.3.0", "--variant", "broken"]
     cases = [
         ("bisect", "--with", f"{GATE}@git+file:///nowhere/gate@main"),
@@ -314,10 +313,7 @@ def test_a_checkout_that_changes_mid_bisect_stops_it(
 ) -> None:
     checkout = tmp_path / "work"
     subprocess.run(["git", "clone", "-q", str(flagrepo.path), str(checkout)], check=True)
-    directory = scratch_root / "repros" / "pair"
-    directory.mkdir()
-    (directory / "repro.toml").write_text(PAIR_TOML)
-    (directory / "pair.py").write_text(PAIR_SCRIPT)
+    _write_pair(scratch_root)
     settings = Settings.from_env(
         {"REPROBOX_ROOT": str(scratch_root), "REPROBOX_CACHE": str(tmp_path / "cache")}
     )

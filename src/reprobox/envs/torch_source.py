@@ -195,7 +195,7 @@ for name in sys.argv[1:]:  # more packages the repro takes from the host: versio
     try:
         dist = md.distribution(name)
         out["packages"][name] = [dist.version, str(dist.locate_file(""))]
-    except Exception:
+    except md.PackageNotFoundError:  # absent: cannot test; anything else fails the probe
         out["packages"][name] = None
 print("REPROBOX-HOST " + json.dumps(out))
 """
