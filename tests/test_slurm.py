@@ -21,7 +21,8 @@ import psutil
 import pytest
 
 from conftest import ROOT, newest_records, reprobox
-from reprobox.core.errors import ExitCode
+from reprobox.core.errors import ExitCode, LaunchError
+from reprobox.core.judge import Launched
 from reprobox.core.settings import Settings
 from reprobox.run import launcher
 from reprobox.run.backend import Case, LaunchRequest
@@ -298,7 +299,7 @@ def test_a_finished_launch_slurm_has_not_ended_is_read_from_its_outcome(tmp_path
     )  # fmt: skip
     request = LaunchRequest(None, None, (Case(None, (), run_dir),), 60.0)  # type: ignore[arg-type]
     launched = slurmjob.read_back(plan, request, "12", final, "2", {})
-    assert isinstance(launched, slurmjob.Launched) and [e.code for e in launched.exits] == [0, 0]
+    assert isinstance(launched, Launched) and [e.code for e in launched.exits] == [0, 0]
     job = json.loads((run_dir / slurmjob.JOB_FILE).read_text())
     assert job["state"] == "COMPLETING" and "outcome_first" in job
     # stopped on its node (SIGTERM), and Slurm never says why: an error naming the node
@@ -308,7 +309,7 @@ def test_a_finished_launch_slurm_has_not_ended_is_read_from_its_outcome(tmp_path
     final = stopped.check(RUNNING, now=slurmjob.STOPPED_GRACE_S + 1)
     assert final is not None and final["JobState"] == slurmjob.LOST
     error = slurmjob.read_back(plan, request, "12", final, "2", {})
-    assert isinstance(error, slurmjob.LaunchError) and error.exit_code == ExitCode.RUN_FAILED
+    assert isinstance(error, LaunchError) and error.exit_code == ExitCode.RUN_FAILED
     assert str(error).startswith("slurm job 12 lost its node n7: its launch was stopped there")
     assert "still lists it RUNNING; no verdict" in str(error)
 
