@@ -1,6 +1,8 @@
 """Results made elsewhere come home through the one judge and the one newest-record rule:
 the regressions of the redesign issue (a variant's own rule ignored by collect; `table` and
-`report` disagreeing after an import), and untrusted pod folders."""
+`report` disagreeing after an import), and untrusted pod folders: a forged record.json, a
+forged expectation, a param the repro does not define, a missing exit code, a start time
+in the future, all through `reprobox collect` and `reprobox table`."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from pathlib import Path
 import pytest
 from test_report import NO_ENV, fake_repro, save_record
 
-from conftest import reprobox
-from reprobox.core.records import RecordStore
+from conftest import newest_records, reprobox
+from reprobox.core.cells import Cell
+from reprobox.core.records import Record, RecordStore
 from reprobox.report import build as report
 from reprobox.scaleout import jobs
 from reprobox.scaleout.collect import collect
@@ -76,6 +79,7 @@ def test_table_and_report_agree_after_an_older_run_is_imported(
     elsewhere = tmp_path / "other-machine"
     old = save_record(ppo_root, "broken", "clean", expect="reproduced",
                       started="2026-11-01T10:00:00Z", folder="cpu-broken")  # fmt: skip
+    _as_run_folder(old, 0)
     target = elsewhere / "ppo" / "cpu-broken" / Path(old.dir).name
     target.parent.mkdir(parents=True)
     Path(old.dir).rename(target)
@@ -141,3 +145,113 @@ def test_a_pod_folder_that_is_not_its_cells_or_too_big_is_skipped(
         "cell.json is larger than 1024 KiB",
         "cell.json is of cell cpu-fixed, not of this folder",
     ]
+
+
+# -- forged outputs, through the command line ----------------------------------------------
+
+KL_HIGH = {"schema": 1, "variant": "fixed", "verdict": "reproduced", "reason": "",
+           "metrics": {"max_abs_kl_step0": 0.3}}  # fmt: skip
+
+
+def _as_run_folder(record: Record, launcher_code: int) -> Record:
+    """What a harness run folder holds beside its record: the script's result.json, and the
+    launcher's exit status in the record."""
+    (Path(record.dir) / "result.json").write_text(json.dumps(record.result))
+    data = json.loads((Path(record.dir) / "record.json").read_text())
+    data.update(exits=[{"rank": None, "code": launcher_code}], returncode=launcher_code)
+    (Path(record.dir) / "record.json").write_text(json.dumps(data))
+    return record
+
+
+def _table_row(variant: str) -> list[str]:
+    """`table`'s row of the variant; the table exits 1: a verdict missed its expectation."""
+    table = reprobox("table", "ppo", "--format", "plain")
+    assert table.returncode == 1 and "reproduced, expected clean" in table.stderr, table.stderr
+    [row] = [line.split() for line in table.stdout.splitlines() if line.split()[1:2] == [variant]]
+    return row
+
+
+def _forged_record(folder: Path, cell: Cell, **claims: object) -> None:
+    """A record.json that says what the forger wants, beside the real output."""
+    record = Record.for_cell(cell, folder)
+    record.status, record.verdict, record.exit_code = "match", "clean", 0
+    for name, value in claims.items():
+        setattr(record, name, value)
+    (folder / "record.json").write_text(json.dumps(record.to_json()))
+
+
+def test_a_pods_forged_record_is_not_trusted(ppo_root: Path, tmp_path: Path) -> None:
+    """The pod's result says reproduced and it exited 1; its record.json says clean match."""
+    folder = _pod_output(ppo_root, tmp_path / "out", "fixed", KL_HIGH, 1)
+    cell = Cell.from_identity(json.loads((folder / "cell.json").read_text()))
+    _forged_record(folder, cell, reason="forged")
+    done = reprobox("collect", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    assert "ppo fixed: reproduced (expected clean) MISMATCH" in done.stderr, done.stderr
+    row = _table_row("fixed")
+    assert row[3] == "reproduced" and "match" not in row, row
+    [record] = [r for r in newest_records(ppo_root / "results", "ppo").values()]
+    assert (record["verdict"], record["status"], record["reason"]) == (
+        "reproduced", "mismatch", "max_abs_kl_step0=0.3 > 0")  # fmt: skip
+
+
+def test_a_copied_run_folder_is_judged_again(ppo_root: Path, tmp_path: Path) -> None:
+    """Copied from another machine: its record.json says clean and expected reproduced (a
+    match); its result says reproduced, its launcher exited 1, and the repro expects clean."""
+    old = save_record(ppo_root, "fixed", "reproduced", kl=0.3, folder="cpu-fixed")
+    _as_run_folder(old, 1)
+    data = json.loads((Path(old.dir) / "record.json").read_text())
+    data.update(verdict="clean", status="match", expect="reproduced", exit_code=0)
+    (Path(old.dir) / "record.json").write_text(json.dumps(data))
+    elsewhere = tmp_path / "other-machine" / "ppo" / "cpu-fixed" / Path(old.dir).name
+    elsewhere.parent.mkdir(parents=True)
+    Path(old.dir).rename(elsewhere)
+    done = reprobox("collect", str(tmp_path / "other-machine"))
+    assert done.returncode == 0, done.stderr
+    assert "ppo fixed: reproduced (expected clean) MISMATCH" in done.stderr, done.stderr
+    assert _table_row("fixed")[3] == "reproduced"
+
+
+def test_a_copied_record_without_exit_codes_is_an_error(ppo_root: Path, tmp_path: Path) -> None:
+    old = save_record(ppo_root, "fixed", "clean", folder="cpu-fixed")
+    (Path(old.dir) / "result.json").write_text(json.dumps(old.result))  # no exits recorded
+    elsewhere = tmp_path / "copy" / "ppo" / "cpu-fixed" / Path(old.dir).name
+    elsewhere.parent.mkdir(parents=True)
+    Path(old.dir).rename(elsewhere)
+    done = reprobox("collect", str(tmp_path / "copy"))
+    assert done.returncode == 0, done.stderr
+    [record] = newest_records(ppo_root / "results", "ppo").values()
+    assert (record["status"], record["verdict"], record["exit_code"]) == ("error", None, 4)
+    assert record["reason"].startswith("its record lists no exit status")
+
+
+def test_a_param_the_repro_does_not_define_is_refused(ppo_root: Path, tmp_path: Path) -> None:
+    folder = _pod_output(ppo_root, tmp_path / "out", "fixed", KL_HIGH, 0)
+    cell = json.loads((folder / "cell.json").read_text())
+    planted = Cell.from_identity({**cell, "params": {"evil": "1"}})
+    (folder / "cell.json").write_text(json.dumps({**cell, "params": {"evil": "1"}}))
+    folder.rename(folder.with_name(planted.slug))  # named for the cell it claims to be
+    done = reprobox("collect", str(tmp_path / "out"))
+    assert done.returncode == 2, done.stderr
+    [error] = [line for line in done.stderr.splitlines() if line.startswith("reprobox: error:")]
+    assert error.endswith("param 'evil' is not one that ppo defines (it defines no params)")
+    assert not (ppo_root / "results" / "ppo").exists()
+
+
+def test_a_pod_without_an_exit_code_or_from_the_future(ppo_root: Path, tmp_path: Path) -> None:
+    """A result alone is no verdict; a start time after now would be the newest forever."""
+    result = {**KL_HIGH, "verdict": "clean", "metrics": {"max_abs_kl_step0": 0.0}}
+    folder = _pod_output(ppo_root, tmp_path / "out" / "a", "fixed", result, 0)
+    (folder / "exit_code").unlink()
+    future = _pod_output(ppo_root, tmp_path / "out" / "b", "broken", KL_HIGH, 1)
+    cell = json.loads((future / "cell.json").read_text())
+    (future / "cell.json").write_text(json.dumps({**cell, "started_at": "2099-01-01T00:00:00Z"}))
+    done = reprobox("collect", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    assert (
+        "not imported" in done.stderr
+        and "started_at 2099-01-01T00:00:00Z is in the future" in done.stderr
+    )
+    [record] = newest_records(ppo_root / "results", "ppo").values()
+    assert (record["label"], record["status"], record["verdict"]) == ("fixed", "error", None)
+    assert "the pod wrote no readable exit_code" in record["reason"]

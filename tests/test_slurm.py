@@ -21,11 +21,12 @@ import psutil
 import pytest
 
 from conftest import ROOT, newest_records, reprobox
-from reprobox.core.errors import ExitCode
+from reprobox.core.errors import ExitCode, LaunchError
+from reprobox.core.judge import Launched
 from reprobox.core.settings import Settings
 from reprobox.run import launcher
 from reprobox.run.backend import Case, LaunchRequest
-from reprobox.run.backends import detached, slurm
+from reprobox.run.backends import detached, slurm, slurmjob
 
 CLUSTER = ROOT / "scripts" / "slurm-cluster.sh"
 NODE = socket.gethostname().split(".")[0]
@@ -109,7 +110,7 @@ def _left_behind(root: Path) -> list[str]:
 
 def _jobs(records: dict[str, dict]) -> dict[str, dict]:
     return {
-        label: json.loads((Path(r["dir"]) / slurm.JOB_FILE).read_text())
+        label: json.loads((Path(r["dir"]) / slurmjob.JOB_FILE).read_text())
         for label, r in records.items()
     }
 
@@ -132,7 +133,7 @@ def test_time_limits_follow_the_timeout_and_slurm_spellings() -> None:
     assert slurm.check_time("0:30") == "0:30"
     with pytest.raises(slurm.BadInput, match="not a Slurm time limit"):
         slurm.check_time("10m")
-    found = slurm.fields("JobId=7 JobState=NODE_FAIL Reason=NodeDown ExitCode=0:9 NodeList=n1")
+    found = slurmjob.fields("JobId=7 JobState=NODE_FAIL Reason=NodeDown ExitCode=0:9 NodeList=n1")
     assert (found["JobState"], found["ExitCode"], found["NodeList"]) == ("NODE_FAIL", "0:9", "n1")
 
 
@@ -178,33 +179,33 @@ def test_no_sbatch_on_path_is_one_line_and_exit_5(toy_root: Path, tmp_path: Path
 
 
 def test_array_task_ids_as_scontrol_writes_them() -> None:
-    assert slurm.task_ids("3") == [3]
-    assert slurm.task_ids("0-3%2") == [0, 1, 2, 3]
-    assert slurm.task_ids("1,4-5") == [1, 4, 5]
-    assert slurm.task_ids("") == [] and slurm.task_ids("N/A") == []
+    assert slurmjob.task_ids("3") == [3]
+    assert slurmjob.task_ids("0-3%2") == [0, 1, 2, 3]
+    assert slurmjob.task_ids("1,4-5") == [1, 4, 5]
+    assert slurmjob.task_ids("") == [] and slurmjob.task_ids("N/A") == []
 
 
-def _task(tmp_path: Path, index: int) -> slurm._Task:
+def _task(tmp_path: Path, index: int) -> slurmjob.Task:
     run_dir = tmp_path / f"run {index}"  # a space: the script must quote
     plan = launcher.LaunchPlan(
         launcher="python", bin_dir=tmp_path / "bin", processes=1, script=tmp_path / "s.py",
         script_args=[], timeout=8.0, log_dir=run_dir, cwd=run_dir,
     )  # fmt: skip
     request = LaunchRequest(None, None, (Case(None, (), run_dir),), 8.0)  # type: ignore[arg-type]
-    return slurm._Task(plan, request, run_dir / detached.PLAN_NAME,
+    return slurmjob.Task(plan, request, run_dir / detached.PLAN_NAME,
                        run_dir / detached.OUTCOME_NAME)  # fmt: skip
 
 
 def test_the_array_script_runs_each_task_in_its_own_run_folder(tmp_path: Path) -> None:
     script = tmp_path / "job.sh"
-    script.write_text(slurm.array_script([_task(tmp_path, 0), _task(tmp_path, 1)]))
+    script.write_text(slurmjob.array_script([_task(tmp_path, 0), _task(tmp_path, 1)]))
     stub = tmp_path / "bin"
     stub.mkdir()
     for index in (0, 1):
         (tmp_path / f"run {index}").mkdir()
     # The runner itself is this interpreter; a stand-in says where it ran and with what.
     text = script.read_text().replace(sys.executable, "echo")
-    assert text.count("exec echo -m reprobox.run.backends.detached") == 2
+    assert text.count("exec echo -m reprobox.run.backends.slurmjob") == 2
     ran = [subprocess.run(["sh", "-c", text], env={**os.environ, "SLURM_ARRAY_TASK_ID": i},
                           capture_output=True, text=True, cwd=tmp_path) for i in "012"]  # fmt: skip
     assert str(tmp_path / "run 1" / detached.PLAN_NAME) in ran[1].stdout
@@ -240,6 +241,77 @@ def test_pyxis_refuses_a_harness_on_the_systems_python(
     backend = slurm.SlurmBackend(Settings.from_env(), container_image="ubuntu:24.04")
     with pytest.raises(slurm.BadInput, match=r"runs on the system's Python \(/usr\)"):
         backend.container_options()
+
+
+def _watched(tmp_path: Path) -> tuple[slurmjob.Watch, Path]:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return slurmjob.Watch(run_dir / detached.OUTCOME_NAME, deadline_s=300.0), run_dir
+
+
+def _beat(run_dir: Path, count: int) -> None:
+    (run_dir / slurmjob.HEARTBEAT_NAME).write_text(f"{count}\n")
+
+
+RUNNING = {"JobState": "RUNNING", "NodeList": "n7"}
+FINISHED = {"returncode": 0, "codes": [0, 0], "wall_s": 3.0, "timed_out": False, "log": "x.log"}
+
+
+def test_a_node_that_stops_beating_is_lost_not_timed_out(tmp_path: Path) -> None:
+    watch, run_dir = _watched(tmp_path)
+    assert watch.check({"JobState": "PENDING"}, now=0.0) is None
+    _beat(run_dir, 1)
+    assert watch.check(RUNNING, now=1.0) is None
+    _beat(run_dir, 2)
+    assert watch.check(RUNNING, now=20.0) is None  # beating: running, however long
+    assert watch.check(RUNNING, now=20.0 + slurmjob.LOST_AFTER_S - 1) is None
+    final = watch.check(RUNNING, now=21.0 + slurmjob.LOST_AFTER_S)
+    assert final is not None and final["JobState"] == slurmjob.LOST
+    assert final["lost"] == f"its launch's heartbeat stopped {slurmjob.LOST_AFTER_S + 1:.0f}s ago"
+    never, _ = _watched(tmp_path / "never")
+    assert never.check(RUNNING, now=0.0) is None
+    final = never.check(RUNNING, now=301.0)  # past the deadline with no beat ever: lost
+    assert final is not None and final["JobState"] == slurmjob.LOST
+    beating, run_dir = _watched(tmp_path / "beating")
+    _beat(run_dir, 1)
+    beating.check(RUNNING, now=0.0)
+    for second in range(10, 320, 10):
+        _beat(run_dir, second)
+        final = beating.check(RUNNING, now=float(second))
+        if final is not None:
+            break
+    assert second == 310  # past the deadline while beating: the harness's own kill
+    assert final is not None and (final["JobState"], final["harness_kill"]) == ("TIMEOUT", "1")
+
+
+def test_a_finished_launch_slurm_has_not_ended_is_read_from_its_outcome(tmp_path: Path) -> None:
+    watch, run_dir = _watched(tmp_path)
+    _beat(run_dir, 1)
+    completing = {**RUNNING, "JobState": "COMPLETING"}
+    assert watch.check(completing, now=0.0) is None
+    (run_dir / detached.OUTCOME_NAME).write_text(json.dumps(FINISHED))
+    assert watch.check(completing, now=1.0) is None  # Slurm gets its moment
+    final = watch.check(completing, now=2.0 + slurmjob.OUTCOME_GRACE_S)
+    assert final is not None and final["JobState"] == "COMPLETING" and "outcome_first" in final
+    plan = launcher.LaunchPlan(
+        launcher="python", bin_dir=tmp_path, processes=2, script=tmp_path / "s.py",
+        script_args=[], timeout=60.0, log_dir=run_dir, cwd=run_dir,
+    )  # fmt: skip
+    request = LaunchRequest(None, None, (Case(None, (), run_dir),), 60.0)  # type: ignore[arg-type]
+    launched = slurmjob.read_back(plan, request, "12", final, "2", {})
+    assert isinstance(launched, Launched) and [e.code for e in launched.exits] == [0, 0]
+    job = json.loads((run_dir / slurmjob.JOB_FILE).read_text())
+    assert job["state"] == "COMPLETING" and "outcome_first" in job
+    # stopped on its node (SIGTERM), and Slurm never says why: an error naming the node
+    (run_dir / detached.OUTCOME_NAME).write_text(json.dumps({"interrupted": 143}))
+    stopped, _ = _watched(tmp_path)
+    assert stopped.check(RUNNING, now=0.0) is None
+    final = stopped.check(RUNNING, now=slurmjob.STOPPED_GRACE_S + 1)
+    assert final is not None and final["JobState"] == slurmjob.LOST
+    error = slurmjob.read_back(plan, request, "12", final, "2", {})
+    assert isinstance(error, LaunchError) and error.exit_code == ExitCode.RUN_FAILED
+    assert str(error).startswith("slurm job 12 lost its node n7: its launch was stopped there")
+    assert "still lists it RUNNING; no verdict" in str(error)
 
 
 # -- against the cluster -------------------------------------------------------------------
@@ -390,7 +462,7 @@ def test_a_job_killed_at_its_time_limit(cluster: Path, toy_root: Path) -> None:
     assert done.returncode == ExitCode.TIMEOUT, done.stderr
     assert "ran past its time limit (1); Slurm killed it" in _errors(done.stderr)[-1]
     [record] = newest_records(toy_root / "results", "toy").values()
-    job = json.loads((Path(record["dir"]) / slurm.JOB_FILE).read_text())
+    job = json.loads((Path(record["dir"]) / slurmjob.JOB_FILE).read_text())
     assert job["state"] == "TIMEOUT"
     assert _queued() == []
 
@@ -449,3 +521,106 @@ def test_an_interrupt_mid_array_cancels_it_and_keeps_the_records(
     for label in ("hang", "reproduced"):
         assert records[label]["status"] == "error" and records[label]["reason"] == "interrupted"
     _wait_for(lambda: _left_behind(toy_root) == [], 30, "no process left behind")
+
+
+# -- node loss: slurmd killed mid-job ------------------------------------------------------
+
+NAP = """
+[variants.nap]
+expect = "clean"
+args = ["--mode", "clean"]
+launch = { env = { TOY_NAP_S = "20" } }
+default = false
+"""
+
+
+def _with_a_nap(toy_root: Path) -> None:
+    """The toy with a variant that works for 20 s before its clean answer."""
+    toy = toy_root / "repros" / "toy"
+    (toy / "repro.toml").write_text((toy / "repro.toml").read_text() + NAP)
+    script = (toy / "toy.py").read_text()
+    parsed = "\nargs = parser.parse_args()\n"
+    nap = 'time.sleep(float(os.environ.get("TOY_NAP_S", "0")))\n'
+    (toy / "toy.py").write_text(script.replace(parsed, parsed + nap, 1))
+
+
+def _slurmd_pid(cluster: Path) -> int:
+    lines = [line.split() for line in (cluster / "pids").read_text().splitlines()]
+    return int([pid for name, pid in lines if name == "slurmd"][-1])
+
+
+def _restart_slurmd(cluster: Path) -> None:
+    """Start slurmd again, its pid recorded where slurm-cluster.sh stop finds it."""
+    proc = subprocess.Popen(
+        ["slurmd", "-D", "-f", str(cluster / "slurm.conf")], stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    with (cluster / "pids").open("a") as pids:
+        pids.write(f"slurmd {proc.pid}\n")
+
+
+def _running_job() -> str:
+    [job] = [line.split()[0] for line in _queued() if " RUNNING" in line]
+    return job
+
+
+def _run_and_lose_slurmd(cluster: Path, toy_root: Path, variant: str, *, and_the_job: bool
+                         ) -> tuple[subprocess.Popen[str], str, float]:  # fmt: skip
+    """Start one cell on the cluster; once it runs and beats, kill -9 slurmd (and, for a
+    node that dies whole, every process of the job); the harness's exit and how long after."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reprobox", "run", "toy", "--variant", variant, "--timeout",
+         "600", "--backend", "slurm"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: any(" RUNNING" in j for j in _queued()), 300, "the job to run")
+        job = _running_job()
+        beats = toy_root / "results" / "toy"
+        _wait_for(lambda: list(beats.glob(f"*/*/{slurmjob.HEARTBEAT_NAME}")), 60, "a heartbeat")
+        os.kill(_slurmd_pid(cluster), signal.SIGKILL)
+        killed = time.monotonic()
+        if and_the_job:  # the node's whole life: the job's slurmstepd, its runner, its ranks
+            for found in psutil.process_iter(["pid", "cmdline"]):
+                line = " ".join(found.info["cmdline"] or [])
+                if f"[{job}." in line or str(toy_root) in line:
+                    if found.pid != os.getpid():
+                        found.kill()
+        _, err = proc.communicate(timeout=180)
+        return proc, err, time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _restart_slurmd(cluster)
+        _wait_for(lambda: _queued() == [], 120, "the node back and an empty queue")
+
+
+@pytest.mark.e2e
+def test_a_dead_slurmd_under_a_finished_launch_is_judged_from_its_outcome(
+    cluster: Path, toy_root: Path
+) -> None:
+    """slurmd killed while the launch runs: the launch ends clean and writes its outcome;
+    Slurm keeps the job listed. The answer is the launch's, within seconds, not a timeout."""
+    _with_a_nap(toy_root)
+    proc, err, took = _run_and_lose_slurmd(cluster, toy_root, "nap", and_the_job=False)
+    assert proc.returncode == 0, err
+    assert took < 20 + slurmjob.OUTCOME_GRACE_S + 30, took
+    [record] = newest_records(toy_root / "results", "toy").values()
+    assert (record["verdict"], record["status"], record["exit_code"]) == ("clean", "match", 0)
+    job = json.loads((Path(record["dir"]) / slurmjob.JOB_FILE).read_text())
+    assert "outcome_first" in job and job["state"] != "TIMEOUT", job
+
+
+@pytest.mark.e2e
+def test_a_node_that_dies_mid_launch_is_a_node_failure(cluster: Path, toy_root: Path) -> None:
+    """slurmd and the job's processes killed (the node died whole): no outcome, the
+    heartbeat stops, Slurm still says RUNNING. An error naming the node, never a timeout."""
+    proc, err, took = _run_and_lose_slurmd(cluster, toy_root, "hang", and_the_job=True)
+    assert proc.returncode == ExitCode.RUN_FAILED, err
+    [line] = _errors(err)
+    assert f"lost its node {NODE}: its launch's heartbeat stopped" in line, line
+    assert "no verdict" in line and "time limit" not in line
+    assert took < slurmjob.LOST_AFTER_S + 30, took
+    [record] = newest_records(toy_root / "results", "toy").values()
+    assert (record["status"], record["verdict"], record["exit_code"]) == ("error", None, 4)
+    assert f"lost its node {NODE}" in record["reason"]

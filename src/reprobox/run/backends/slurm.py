@@ -7,9 +7,10 @@ own installation must be on a file system the nodes share. `launch` writes the v
 end's launch plan and a batch script that runs it with the harness's launcher on the node
 (`reprobox.run.backends.detached`: process group, rank logs, the timeout, clean-up), submits
 it with `sbatch --parsable`, waits with `scontrol show job` (accounting may be off: no
-sacct), and reads back how it ended: the runner's outcome file in the run folder (every
-rank's exit status), else Slurm's JobState and ExitCode=a:b. The judge then decides, as for
-every back end.
+sacct) while watching the runner's outcome file and heartbeat (`slurmjob`: a node that dies
+or a job left "completing" is never a timeout), and reads back how it ended: the runner's
+outcome file in the run folder (every rank's exit status), else Slurm's JobState and
+ExitCode=a:b. The judge then decides, as for every back end.
 
 `launch_many` (the pipeline's `LaunchesMany` hook) submits several launches at once as one
 `sbatch --array=0-(N-1)%K` (K = --workers): task i runs the plan of launch i from that
@@ -30,7 +31,6 @@ job name (a job whose `sbatch` was cut short included), and waits until `squeue`
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shlex
@@ -42,9 +42,8 @@ import threading
 import time
 import uuid
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from reprobox.core.cells import Cell
 from reprobox.core.errors import (
@@ -52,7 +51,6 @@ from reprobox.core.errors import (
     EngineError,
     ExitCode,
     LaunchError,
-    LaunchTimeout,
     ReproboxError,
 )
 from reprobox.core.files import atomic_write
@@ -61,25 +59,26 @@ from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
 from reprobox.run import devices, interrupts
 from reprobox.run.backend import LaunchRequest, Prepared
-from reprobox.run.backends import detached
+from reprobox.run.backends import detached, slurmjob
+from reprobox.run.backends.slurmjob import (
+    Task,
+    Watch,
+    array_script,
+    fields,
+    read_back,
+    task_ids,
+)
 from reprobox.run.backends.venv import VenvBackend
-from reprobox.run.launcher import LaunchPlan
 
 TOOLS = ("sbatch", "squeue", "scontrol", "scancel")
 MARGIN_S = 60.0  # the job's time limit over the launch's timeout: start-up and clean-up
 CLIENT_TIMEOUT_S = 60.0  # a Slurm client call that takes longer: slurmctld is not answering
 CANCEL_WAIT_S = 60.0  # how long an scancel'ed job may take to leave the queue
-JOB_FILE = "slurm.json"  # per launch: job id, state, exit code and its timings
 ARRAY_DIR = "slurm-array"  # in the first launch's folder: the array's script, a link per task
 GONE_AFTER_S = 60.0  # scontrol failing this long (not "no such job"): the controller is lost
 PYXIS = "--container-image"  # what `sbatch --help` lists where pyxis is loaded
 SYSTEM_PREFIXES = frozenset(Path(p) for p in ("/", "/usr", "/usr/local"))
-ENDED = frozenset(
-    {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY",
-     "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT"}
-)  # fmt: skip
 _TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
-_FIELD = re.compile(r"(\S+?)=(\S*)")
 
 
 class SlurmError(EngineError):
@@ -90,16 +89,6 @@ NO_PYXIS = (
     "--container-image needs the pyxis plugin (enroot) on the cluster, and this cluster's "
     "sbatch has no --container-image: leave the option out, or ask its admins for pyxis"
 )
-
-
-@dataclass(frozen=True)
-class _Task:
-    """One launch of an array job: its plan and where its files are."""
-
-    plan: LaunchPlan
-    request: LaunchRequest
-    plan_file: Path
-    outcome_file: Path
 
 
 def check_time(value: str) -> str:
@@ -143,11 +132,6 @@ def gpus_for(request: LaunchRequest) -> int:
     """The GPUs one launch needs on its node (0 off the GPU platforms)."""
     cell = request.lead.cell
     return devices.gpus_needed(request.repro, cell.variant, cell.platform)
-
-
-def fields(text: str) -> dict[str, str]:
-    """`scontrol show -o` output (Key=Value ...) as a dict (values without spaces)."""
-    return dict(_FIELD.findall(text))
 
 
 class SlurmBackend:
@@ -283,7 +267,7 @@ class SlurmBackend:
             raise KeyboardInterrupt
         task = self._stage(prepared, request)
         script = task.plan.log_dir / "slurm-job.sh"
-        runner = shlex.join(detached.runner_argv(task.plan_file, task.outcome_file))
+        runner = shlex.join(slurmjob.runner_argv(task.plan_file, task.outcome_file))
         atomic_write(
             script,
             "#!/bin/sh\n# One reprobox launch, run on the node by the harness's own launcher.\n"
@@ -293,7 +277,7 @@ class SlurmBackend:
         submitted = time.time()
         job = self._submit([*self.options(request), str(script)])
         try:
-            final = self._wait(job, request.timeout, limit)
+            final = self._wait(job, task.outcome_file, limit)
         except KeyboardInterrupt:
             with interrupts.shielded(raise_pending=False):
                 self._cancel([job])
@@ -301,9 +285,7 @@ class SlurmBackend:
         finally:
             with self._lock:
                 self._jobs.discard(job)
-        outcome = self._read_back(
-            task.plan, request, job, final, limit, {"submitted_at": submitted}
-        )
+        outcome = read_back(task.plan, request, job, final, limit, {"submitted_at": submitted})
         if isinstance(outcome, ReproboxError):
             raise outcome
         return outcome
@@ -337,29 +319,23 @@ class SlurmBackend:
         submitted = time.time()
         job = self._submit([*argv, str(script)])
         left = set(range(len(tasks)))
-        running_since: dict[int, float] = {}
         deadline = limit_seconds(limit) + MARGIN_S
+        watches = [Watch(t.outcome_file, deadline) for t in tasks]
         try:
             while left:
                 if self._stopping.is_set():
                     raise KeyboardInterrupt
                 states = self._array_states(job)
                 for index in sorted(left):
-                    state = states.get(index, {"JobState": "GONE"})
-                    name = state["JobState"]
-                    if name == "RUNNING":
-                        running_since.setdefault(index, time.monotonic())
-                    overdue = time.monotonic() - running_since.get(index, math.inf) > deadline
-                    if overdue:  # a controller that lost it: the harness's own kill
-                        self._client(["scancel", f"{job}_{index}"], what="cancel", check=False)
-                        state = {**state, "JobState": "TIMEOUT", "harness_kill": "1"}
-                    elif name not in ENDED and name != "GONE":
+                    final = watches[index].check(states.get(index, {"JobState": "GONE"}))
+                    if final is None:
                         continue
+                    self._give_up(f"{job}_{index}", final)
                     left.discard(index)
                     task = tasks[index]
                     extra = {"array_job": job, "array_task": index, "array_size": len(tasks)}
-                    yield index, self._read_back(
-                        task.plan, task.request, f"{job}_{index}", state, limit,
+                    yield index, read_back(
+                        task.plan, task.request, f"{job}_{index}", final, limit,
                         {"submitted_at": submitted, **extra},
                     )  # fmt: skip
                 if left:
@@ -371,42 +347,15 @@ class SlurmBackend:
             with self._lock:
                 self._jobs.discard(job)
 
-    def _stage(self, prepared: Prepared, request: LaunchRequest) -> _Task:
+    def _stage(self, prepared: Prepared, request: LaunchRequest) -> Task:
         """The launch's plan on disk in its run folder, no outcome left from before."""
         plan = self.venv.plan(prepared, request)
         plan.log_dir.mkdir(parents=True, exist_ok=True)
-        task = _Task(plan, request, plan.log_dir / detached.PLAN_NAME,
+        task = Task(plan, request, plan.log_dir / detached.PLAN_NAME,
                      plan.log_dir / detached.OUTCOME_NAME)  # fmt: skip
         task.outcome_file.unlink(missing_ok=True)
         detached.write_plan(plan, task.plan_file)
         return task
-
-    def _read_back(
-        self,
-        plan: LaunchPlan,
-        request: LaunchRequest,
-        job: str,
-        final: dict[str, str],
-        limit: str,
-        timing: dict[str, Any],
-    ) -> Launched | ReproboxError:
-        """An ended task: its slurm.json, then how it ended (its error, not raised)."""
-        data = detached.read_outcome(plan.log_dir / detached.OUTCOME_NAME)
-        timing.update(
-            job=job,
-            time_limit=limit,
-            read_at=time.time(),
-            state=final.get("JobState", "unknown"),
-            exit_code=final.get("ExitCode", ""),
-            node=final.get("NodeList", ""),
-            started_at=data.get("started_at") if data else None,
-            ended_at=data.get("ended_at") if data else None,
-        )
-        atomic_write(plan.log_dir / JOB_FILE, _json(timing))
-        try:
-            return self._launched(plan, request, job, final, data, limit)
-        except ReproboxError as exc:
-            return exc
 
     def _array_states(self, job: str) -> dict[int, dict[str, str]]:
         """Each task's scontrol fields (a pending range stands for each of its tasks); {}
@@ -483,24 +432,27 @@ class SlurmBackend:
             return {"JobState": "GONE"}
         return found
 
-    def _wait(self, job: str, timeout: float, limit: str) -> dict[str, str]:
-        """Poll until the job ends; its last scontrol fields. The harness's own kill: a job
-        running well past its time limit (a controller that lost it) is cancelled."""
-        running_since: float | None = None
-        deadline = limit_seconds(limit) + MARGIN_S
+    def _wait(self, job: str, outcome_file: Path, limit: str) -> dict[str, str]:
+        """Poll until the job ends, or until its watch gives up on it (a finished launch
+        Slurm has not ended, a lost node, a launch still running well past its time
+        limit): the fields to read it back from."""
+        watch = Watch(outcome_file, limit_seconds(limit) + MARGIN_S)
         while True:
             if self._stopping.is_set():
                 raise KeyboardInterrupt  # cancel_all: the except of `launch` scancels it
-            state = self._state(job)
-            name = state["JobState"]
-            if name in ENDED or name == "GONE":
-                return state
-            if name == "RUNNING" and running_since is None:
-                running_since = time.monotonic()
-            if running_since is not None and time.monotonic() - running_since > deadline:
-                self._cancel([job])
-                return {**state, "JobState": "TIMEOUT", "harness_kill": "1"}
+            final = watch.check(self._state(job))
+            if final is not None:
+                self._give_up(job, final)
+                return final
             time.sleep(self.poll_s)
+
+    def _give_up(self, job: str, final: dict[str, str]) -> None:
+        """scancel a job the watch gave up on while Slurm still lists it (no wait: a lost
+        node's job may stay listed until the node returns)."""
+        if final.get("JobState") in slurmjob.ENDED and not final.get("harness_kill"):
+            return
+        if final.get("JobState") != "GONE":
+            self._client(["scancel", job], what="cancel the job", check=False)
 
     def queued(self) -> list[str]:
         """This back end's jobs that squeue still lists (pending, running or completing)."""
@@ -527,72 +479,3 @@ class SlurmBackend:
         with self._lock:
             jobs = sorted(self._jobs)
         self._cancel(jobs)
-
-    # -- how the job ended ---------------------------------------------------------------
-
-    def _launched(
-        self,
-        plan: Any,
-        request: LaunchRequest,
-        job: str,
-        final: dict[str, str],
-        data: dict[str, Any] | None,
-        limit: str,
-    ) -> Launched:
-        state = final.get("JobState", "GONE")
-        node = final.get("NodeList") or "its node"
-        out = request.log_dir / f"slurm-{job}.out"
-        where = f"; logs in {request.lead.run_dir} (Slurm's: {out.name})"
-        if state == "TIMEOUT":
-            who = "reprobox cancelled it" if final.get("harness_kill") else "Slurm killed it"
-            raise LaunchTimeout(
-                f"slurm job {job} ran past its time limit ({limit}); {who}{where}",
-                exit_code=ExitCode.TIMEOUT,
-            )
-        if state == "NODE_FAIL":
-            raise LaunchError(f"slurm job {job} failed: {node} went down (NODE_FAIL){where}")
-        if state in ("CANCELLED", "PREEMPTED"):
-            raise LaunchError(f"slurm job {job} was {state.lower()} outside reprobox{where}")
-        if state == "OUT_OF_MEMORY":
-            raise LaunchError(f"slurm job {job} ran out of memory (OUT_OF_MEMORY){where}")
-        if data is None or ("returncode" not in data and "error" not in data and
-                            "interrupted" not in data):  # fmt: skip
-            code = final.get("ExitCode", "?")
-            raise LaunchError(
-                f"slurm job {job} ended {state} (ExitCode {code}) before its launch wrote an "
-                f"outcome{where}"
-            )
-        return detached.launched(plan, data, request.lead.run_dir)
-
-
-def task_ids(spec: str) -> list[int]:
-    """The task indices of scontrol's ArrayTaskId: `3`, or a pending set `0-3%2`, `1,4-5`."""
-    ids: list[int] = []
-    for part in spec.split("%", 1)[0].split(","):
-        first, _, last = part.partition("-")
-        if first.isdigit() and (not last or last.isdigit()):
-            ids.extend(range(int(first), int(last or first) + 1))
-    return ids
-
-
-def array_script(tasks: Sequence[_Task]) -> str:
-    """The array's batch script: task i goes to launch i's run folder and runs its plan with
-    the harness's own launcher there (its output in that folder too)."""
-    lines = [
-        "#!/bin/sh",
-        "# reprobox: one array job; task N runs the launch plan in its own run folder.",
-        'case "$SLURM_ARRAY_TASK_ID" in',
-    ]
-    for index, task in enumerate(tasks):
-        runner = shlex.join(detached.runner_argv(task.plan_file, task.outcome_file))
-        where = shlex.quote(str(task.request.lead.run_dir))
-        lines.append(f"  {index}) cd {where} && exec {runner} ;;")
-    lines += [
-        '  *) echo "reprobox: no launch for array task $SLURM_ARRAY_TASK_ID" >&2; exit 2 ;;',
-        "esac",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _json(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=2, sort_keys=True) + "\n"

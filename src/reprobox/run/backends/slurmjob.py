@@ -1,0 +1,279 @@
+"""One Slurm job's life as the harness sees it: the node side's heartbeat, the submit side's
+watch over a job's state, its outcome file and that heartbeat, and how an ended job is read.
+
+Why a heartbeat: slurmctld learns that a node died only after SlurmdTimeout (minutes), and a
+node whose slurmd died can leave a finished job "completing" for minutes more. Waiting for
+Slurm there turned a clean launch into a false timeout. So the job's runner
+(`python -m reprobox.run.backends.slurmjob PLAN OUTCOME HEARTBEAT`, the harness's detached
+runner with a beat) rewrites a small file in its run folder every HEARTBEAT_S, in place (a
+rename can hide behind NFS's name cache; an open revalidates), and the watch reads it by
+content, never by time stamps (the node's clock is not this host's). A job that Slurm still
+lists as running is then judged:
+- from its outcome file once its launch finished (the runner wrote its return code or its
+  own error) and Slurm has not ended the job within OUTCOME_GRACE_S: the launch's answer
+  stands, whatever became of the node;
+- as a lost node, an error naming the node and never a timeout or a verdict, when its
+  heartbeat stopped for LOST_AFTER_S, or never began by the harness's own deadline;
+- as a timeout only when the launch is still beating past the job's time limit plus margin.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reprobox.core.errors import ExitCode, LaunchError, LaunchTimeout, ReproboxError
+from reprobox.core.files import atomic_write
+from reprobox.core.judge import Launched
+from reprobox.run.backend import LaunchRequest
+from reprobox.run.backends import detached
+from reprobox.run.launcher import LaunchPlan
+
+JOB_FILE = "slurm.json"  # per launch: job id, state, exit code and its timings
+HEARTBEAT_NAME = "launch-heartbeat"
+HEARTBEAT_S = 5.0  # how often the runner on the node beats
+LOST_AFTER_S = 30.0  # no beat this long while Slurm says the job runs: its node is lost
+OUTCOME_GRACE_S = 10.0  # a finished launch Slurm has not ended this long: read it anyway
+STOPPED_GRACE_S = 120.0  # a launch stopped on its node (SIGTERM) Slurm has not explained
+ENDED = frozenset(
+    {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY",
+     "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT"}
+)  # fmt: skip
+ON_NODE = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "CONFIGURING"})
+LOST = "NODE_LOST"  # the watch's own state for a job whose node stopped answering
+_FIELD = re.compile(r"(\S+?)=(\S*)")
+
+
+def fields(text: str) -> dict[str, str]:
+    """`scontrol show -o` output (Key=Value ...) as a dict (values without spaces)."""
+    return dict(_FIELD.findall(text))
+
+
+def task_ids(spec: str) -> list[int]:
+    """The task indices of scontrol's ArrayTaskId: `3`, or a pending set `0-3%2`, `1,4-5`."""
+    ids: list[int] = []
+    for part in spec.split("%", 1)[0].split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            ids.extend(range(int(first), int(last or first) + 1))
+    return ids
+
+
+# -- the node side ---------------------------------------------------------------------------
+
+
+def runner_argv(plan_file: Path, outcome_file: Path) -> list[str]:
+    """The batch script's command: the detached runner with a heartbeat beside its outcome."""
+    beat = outcome_file.with_name(HEARTBEAT_NAME)
+    return [sys.executable, "-m", __name__, str(plan_file), str(outcome_file), str(beat)]
+
+
+def _beat(path: Path, stop: threading.Event) -> None:
+    count = 0
+    while not stop.is_set():
+        count += 1
+        try:
+            with path.open("w") as handle:  # in place, not renamed: see the module's notes
+                handle.write(f"{count}\n")
+        except OSError:
+            pass  # a full or unreachable disk: the watch sees the beat stop, as it should
+        stop.wait(HEARTBEAT_S)
+
+
+def run_with_heartbeat(plan_file: Path, outcome_file: Path, beat: Path) -> int:
+    """Run one plan as the detached runner does, beating until its outcome is written."""
+    stop = threading.Event()
+    thread = threading.Thread(target=_beat, args=(beat, stop), daemon=True)
+    thread.start()
+    try:
+        return detached.run_plan_file(plan_file, outcome_file)
+    finally:
+        stop.set()
+
+
+@dataclass(frozen=True)
+class Task:
+    """One launch of an array job: its plan and where its files are."""
+
+    plan: LaunchPlan
+    request: LaunchRequest
+    plan_file: Path
+    outcome_file: Path
+
+
+def array_script(tasks: Sequence[Task]) -> str:
+    """The array's batch script: task i goes to launch i's run folder and runs its plan with
+    the harness's own launcher there (its output in that folder too)."""
+    lines = [
+        "#!/bin/sh",
+        "# reprobox: one array job; task N runs the launch plan in its own run folder.",
+        'case "$SLURM_ARRAY_TASK_ID" in',
+    ]
+    for index, task in enumerate(tasks):
+        runner = shlex.join(runner_argv(task.plan_file, task.outcome_file))
+        where = shlex.quote(str(task.request.lead.run_dir))
+        lines.append(f"  {index}) cd {where} && exec {runner} ;;")
+    lines += [
+        '  *) echo "reprobox: no launch for array task $SLURM_ARRAY_TASK_ID" >&2; exit 2 ;;',
+        "esac",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# -- the submit side -------------------------------------------------------------------------
+
+
+def finished(data: dict[str, Any] | None) -> bool:
+    """Whether a runner's outcome says how its launch ended (not merely that it was stopped)."""
+    return data is not None and ("returncode" in data or "error" in data)
+
+
+@dataclass
+class Watch:
+    """What the harness has seen of one job (or array task) while Slurm says it runs."""
+
+    outcome_file: Path
+    deadline_s: float  # running this long (the time limit plus a margin): the harness's kill
+    running_since: float | None = None
+    beat: str | None = None
+    beat_at: float | None = None  # when the beat last changed (this host's monotonic clock)
+    outcome_at: float | None = None  # when a finished (or stopped) outcome was first seen
+
+    def check(self, state: dict[str, str], now: float | None = None) -> dict[str, str] | None:
+        """None to keep waiting, else the fields to read the job back from: Slurm's end
+        state, or its last state with the watch's word (`outcome_first`, `harness_kill`,
+        or JobState NODE_LOST with `lost` saying why)."""
+        now = time.monotonic() if now is None else now
+        name = state.get("JobState", "GONE")
+        if name in ENDED or name == "GONE":
+            return state
+        if name not in ON_NODE:
+            return None  # pending, or requeued: nothing runs yet
+        if self.running_since is None:
+            self.running_since = now
+        beat = _read(self.outcome_file.with_name(HEARTBEAT_NAME))
+        if beat is not None and beat != self.beat:
+            self.beat, self.beat_at = beat, now
+        data = detached.read_outcome(self.outcome_file)
+        if data is not None and self.outcome_at is None:
+            self.outcome_at = now
+        node = state.get("NodeList") or "its node"
+        if data is not None and self.outcome_at is not None:
+            waited = now - self.outcome_at
+            if finished(data) and waited > OUTCOME_GRACE_S:
+                return {**state, "outcome_first": f"{waited:.0f}"}
+            if not finished(data) and waited > STOPPED_GRACE_S:
+                why = f"its launch was stopped there and Slurm has not said why in {waited:.0f}s"
+                return {**state, "JobState": LOST, "lost": why, "seen": name, "NodeList": node}
+            return None
+        if self.beat_at is not None and now - self.beat_at > LOST_AFTER_S:
+            why = f"its launch's heartbeat stopped {now - self.beat_at:.0f}s ago"
+            return {**state, "JobState": LOST, "lost": why, "seen": name, "NodeList": node}
+        if now - self.running_since > self.deadline_s:
+            if self.beat_at is None:
+                why = f"its launch never beat in {now - self.running_since:.0f}s of running"
+                return {**state, "JobState": LOST, "lost": why, "seen": name, "NodeList": node}
+            return {**state, "JobState": "TIMEOUT", "harness_kill": "1"}
+        return None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def read_back(
+    plan: LaunchPlan,
+    request: LaunchRequest,
+    job: str,
+    final: dict[str, str],
+    limit: str,
+    timing: dict[str, Any],
+) -> Launched | ReproboxError:
+    """An ended job (or one the watch gave up on): its slurm.json, then how it ended (its
+    error returned, not raised)."""
+    data = detached.read_outcome(plan.log_dir / detached.OUTCOME_NAME)
+    timing.update(
+        job=job,
+        time_limit=limit,
+        read_at=time.time(),
+        state=final.get("JobState", "unknown"),
+        exit_code=final.get("ExitCode", ""),
+        node=final.get("NodeList", ""),
+        started_at=data.get("started_at") if data else None,
+        ended_at=data.get("ended_at") if data else None,
+    )
+    for key in ("lost", "seen", "outcome_first", "harness_kill"):
+        if key in final:
+            timing[key] = final[key]
+    atomic_write(plan.log_dir / JOB_FILE, json.dumps(timing, indent=2, sort_keys=True) + "\n")
+    try:
+        return ended(plan, request, job, final, data, limit)
+    except ReproboxError as exc:
+        return exc
+
+
+def ended(
+    plan: LaunchPlan,
+    request: LaunchRequest,
+    job: str,
+    final: dict[str, str],
+    data: dict[str, Any] | None,
+    limit: str,
+) -> Launched:
+    """How the job ended, for the judge: the launch's own outcome where it finished (also
+    on a node Slurm has not heard from since), else what Slurm or the watch said."""
+    state = final.get("JobState", "GONE")
+    node = final.get("NodeList") or "its node"
+    out = request.log_dir / f"slurm-{job}.out"
+    where = f"; logs in {request.lead.run_dir} (Slurm's: {out.name})"
+    if "outcome_first" in final and finished(data):
+        assert data is not None
+        return detached.launched(plan, data, request.lead.run_dir)
+    if state == LOST:
+        raise LaunchError(
+            f"slurm job {job} lost its node {node}: {final.get('lost', 'no word from it')}, "
+            f"while Slurm still lists it {final.get('seen', 'running')}; no verdict{where}"
+        )
+    if state == "TIMEOUT":
+        who = "reprobox cancelled it" if final.get("harness_kill") else "Slurm killed it"
+        raise LaunchTimeout(
+            f"slurm job {job} ran past its time limit ({limit}); {who}{where}",
+            exit_code=ExitCode.TIMEOUT,
+        )
+    if state == "NODE_FAIL":
+        raise LaunchError(f"slurm job {job} failed: {node} went down (NODE_FAIL){where}")
+    if state in ("CANCELLED", "PREEMPTED"):
+        raise LaunchError(f"slurm job {job} was {state.lower()} outside reprobox{where}")
+    if state == "OUT_OF_MEMORY":
+        raise LaunchError(f"slurm job {job} ran out of memory (OUT_OF_MEMORY){where}")
+    if data is None or ("returncode" not in data and "error" not in data and
+                        "interrupted" not in data):  # fmt: skip
+        code = final.get("ExitCode", "?")
+        raise LaunchError(
+            f"slurm job {job} ended {state} (ExitCode {code}) before its launch wrote an "
+            f"outcome{where}"
+        )
+    return detached.launched(plan, data, request.lead.run_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 3:
+        print("usage: python -m reprobox.run.backends.slurmjob PLAN OUTCOME HEARTBEAT")
+        return int(ExitCode.BAD_INPUT)
+    return run_with_heartbeat(Path(args[0]), Path(args[1]), Path(args[2]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
