@@ -53,6 +53,8 @@ def test_an_interrupted_run_never_flips_the_report_headline(ppo_root: Path) -> N
     _interrupted(ppo_root, "broken")
     comment = report.write_report(ppo_root, "ppo", NO_ENV).comment.read_text()
     assert comment.startswith("**Reproduced** with torch 2.13.0+cpu, trl 0.7.1"), comment
+    headline = comment.split("\n\n")[0]
+    assert "Measured at 2026-11-30T00:00:00Z; 1 later run measured nothing" in headline
     assert comment.count("### Not run") == 1
     assert (
         f"- `broken` at {LATER}: interrupted (the verdict shown was measured at "

@@ -152,6 +152,12 @@ def result_line(b: Builder) -> str:
     if bug.status == "error":
         line += " (no verdict; see *Problems*)"
     line += "."
+    after = [r for r in b.later if (r.platform, r.label) == (bug.platform, bug.label)]
+    if after:
+        line += (
+            f" Measured at {md.text(bug.started_at)}; {len(after)} later run"
+            f"{' measured' if len(after) == 1 else 's measured'} nothing (see *Not run*)."
+        )
     others = [r for r in b.judged if r is not bug]
     as_expected = [r for r in others if r.status in ("match", "recorded")]
     by_verdict: dict[str, list[str]] = {}

@@ -416,7 +416,7 @@ class Builder:
             if env.absent:
                 missing.append(f"{names(env.absent)} (not installed)")
             if missing:
-                sections.append(Section("Not run: " + "; ".join(missing) + "."))
+                sections.append(Section("Reports not gathered: " + "; ".join(missing) + "."))
         differing = self._differing_versions()
         if differing:
             sections.append(Section(differing))
