@@ -8,6 +8,7 @@ were probed: "introduced at or before X (the range's first release)", never "in 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,15 @@ RELEASE_REPOS = {
     "deepspeed": ("deepspeedai/DeepSpeed", "v"),
     "numpy": ("numpy/numpy", "v"),
 }
+
+
+_GITHUB = re.compile(r"^https://github\.com/(?P<repo>[^/\s]+/[^/\s]+)/(?:issues|pull)/(?P<n>\d+)")
+
+
+def issue_ref(url: str) -> tuple[str, int] | None:
+    """`https://github.com/o/r/issues/5` -> ("o/r", 5)."""
+    match = _GITHUB.match(url)
+    return (match["repo"].lower(), int(match["n"])) if match else None
 
 
 def compare_link(package: str | None, older: str, newer: str) -> str | None:

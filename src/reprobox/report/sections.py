@@ -10,7 +10,6 @@ once. Text a script or machine wrote only ever goes through `markdown.text` / `c
 
 from __future__ import annotations
 
-import re
 import shlex
 import time
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
 from reprobox.report import answers, data, plots
 from reprobox.report import markdown as md
-from reprobox.report.answers import names
+from reprobox.report.answers import issue_ref, names
 from reprobox.report.bundle import by_hand, pip_line, top_pins
 from reprobox.report.environment import Environment
 from reprobox.report.markdown import Section
@@ -34,13 +33,6 @@ from reprobox.report.markdown import Section
 LOG_TAIL_LINES = 40
 MAX_METRIC_COLUMNS = 3  # the results table stays inside a comment's column
 _MARK = {"match": "✅", "mismatch": "❌", "error": "⚠️", "recorded": "ℹ️"}
-_GITHUB = re.compile(r"^https://github\.com/(?P<repo>[^/\s]+/[^/\s]+)/(?:issues|pull)/(?P<n>\d+)")
-
-
-def issue_ref(url: str) -> tuple[str, int] | None:
-    """`https://github.com/o/r/issues/5` -> ("o/r", 5)."""
-    match = _GITHUB.match(url)
-    return (match["repo"].lower(), int(match["n"])) if match else None
 
 
 class Builder:
