@@ -275,7 +275,7 @@ def test_table_outside_a_terminal_is_plain_and_never_wraps(marked_up: Path) -> N
     lines = done.stdout.splitlines()
     assert lines[0] == "reprobox verdicts"
     header, rule, *rows = lines[1:]
-    assert header.split() == "repro cell expected verdict status decided by wall s".split()
+    assert header.split() == "repro cell expected verdict status decided by measured wall s".split()
     assert set(rule.replace(" ", "")) == {"-"}
     assert len(rows) == 2
     broken = next(row for row in rows if LABEL in row)  # the version survives, on one line
@@ -284,7 +284,8 @@ def test_table_outside_a_terminal_is_plain_and_never_wraps(marked_up: Path) -> N
     assert REASON in fixed  # the reason as written, brackets and all
     assert "\x1b[" not in done.stdout  # no terminal control codes in a log
     # the failure's last line quotes the reason as written too
-    assert done.stderr.strip().splitlines()[-1] == f"reprobox: error: toy fixed: {REASON}"
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == f"reprobox: error: toy fixed: no measured verdict; {REASON}"
 
 
 def test_table_rich_does_not_read_record_text_as_markup(marked_up: Path) -> None:

@@ -405,9 +405,10 @@ def test_a_sweep_is_the_headline(ppo_root: Path) -> None:
     made = report.write_report(ppo_root, "ppo", NO_ENV)
     first = made.comment.read_text().split("\n\n")[0]
     assert first == (
-        "**Affected:** trl `>=0.4.7,<0.7.2` - introduced in 0.4.7, fixed in 0.7.2 "
+        "**Affected:** trl `>=0.4.7,<=0.7.1` - introduced at or before 0.4.7 (the range's "
+        "first release), fixed in 0.7.2 "
         "([0.7.1...0.7.2](https://github.com/huggingface/trl/compare/v0.7.1...v0.7.2)) "
-        "(sweep of 3 releases)."
+        "(3 of 3 releases probed: 1 sweep, 3 cells)."
     )
     assert "releases_trl.png" in [p.name for p in made.plots]
 

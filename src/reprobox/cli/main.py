@@ -295,7 +295,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     lock.set_defaults(handler=cmd_lock)
 
-    table = commands.add_parser("table", help="the newest verdict of every cell on disk")
+    table = commands.add_parser("table", help="the newest measured verdict of every cell on disk")
     table.add_argument("repros", nargs="*", metavar="REPRO", help="only these (default: all)")
     table.add_argument("--default", action="store_true", help="only the default cells")
     _format_argument(table)
@@ -772,20 +772,9 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    store = RecordStore(settings.results)
-    records = []
-    for name in args.repros or spec.discover(settings.root):
-        repro = spec.load(settings.root, name)
-        found = store.latest(name)
-        if args.default:
-            wanted = {c.label for c in matrix.default_cells(repro)}
-            found = [r for r in found if r.label in wanted]
-        records += found
-    if not records:
-        raise BadInput(f"no results on disk under {settings.results}; run `make repro` first")
-    ui.verdict_table(records, format=args.format)
-    return _conclude(records)
+    from reprobox.cli import table as table_cli
+
+    return table_cli.show(_settings(args), args.repros, args.default, args.format)
 
 
 if __name__ == "__main__":

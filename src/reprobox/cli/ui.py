@@ -35,7 +35,9 @@ _STATUS_STYLE = {"match": "green", "mismatch": "bold red", "recorded": "cyan", "
 
 TableFormat = Literal["auto", "rich", "plain", "markdown"]
 TABLE_FORMATS: tuple[TableFormat, ...] = ("auto", "rich", "plain", "markdown")
-_VERDICT_COLUMNS = ("repro", "cell", "expected", "verdict", "status", "decided by", "wall s")
+_VERDICT_COLUMNS = (
+    "repro", "cell", "expected", "verdict", "status", "decided by", "measured", "wall s"
+)  # fmt: skip
 _TALLY_ORDER = ("clean", "reproduced", "cannot_test", "error")
 
 
@@ -208,14 +210,18 @@ def verdict_rows(records: Iterable[Record]) -> list[tuple[str, ...]]:
                 record.verdict or "error",
                 record.status,
                 decided or record.reason,
+                record.started_at,
                 f"{record.wall_s:.1f}",
             )
         )
     return rows
 
 
-def verdict_table(records: Iterable[Record], format: str = "auto") -> None:
-    """The verdict table: one row per cell, in the `format` its reader can use."""
+def verdict_table(
+    records: Iterable[Record], format: str = "auto", notes: Sequence[str] = ()
+) -> None:
+    """The verdict table: one row per cell, in the `format` its reader can use; `notes`
+    (later runs that measured nothing) follow it, one line each."""
     records = list(records)
     rows = verdict_rows(records)
     chosen = table_format(format)
@@ -227,13 +233,15 @@ def verdict_table(records: Iterable[Record], format: str = "auto") -> None:
             # Text, not str: a cell's text is data, never markup
             table.add_row(*(Text(cell) for cell in cells), style=_STATUS_STYLE.get(record.status))
         out.print(table)
+        for note in notes:
+            out.print(Text(note))
         return
     text = (
         markdown_table(_VERDICT_COLUMNS, rows)
         if chosen == "markdown"
         else ("reprobox verdicts\n" + plain_table(_VERDICT_COLUMNS, rows))
     )
-    _print_plain(text)
+    _print_plain("\n\n".join([text, *(_one_line(note) for note in notes)]))
 
 
 def plain_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:

@@ -3,8 +3,10 @@
 Layout: `<results>/<repro>/<cell slug>/<timestamp>/` holding `record.json` (the harness's
 judgement), `result.json` (the script's own), `launch.log` and `rank<N>.log`. A run that is
 interrupted keeps every record already written. `RecordStore` owns this layout and the one
-rule for "the newest record of a cell", which the table, the report, collect and bisects
-share. Bisections keep their probe log and summary under `<results>/<repro>/_bisect/<id>/`.
+rule for "the newest measured record of a cell", which the table, the report, collect and
+bisects share: a later run that measured nothing (interrupted, errored, never launched) is
+kept beside it, never in its place. Bisections keep their probe log and summary under
+`<results>/<repro>/_bisect/<id>/`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +124,37 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def measured(record: Record) -> bool:
+    """A record that says something about the bug: the judge reached a verdict (clean,
+    reproduced, cannot test) from a run that ended. Interrupted, errored and never-launched
+    runs measured nothing."""
+    return record.verdict is not None and record.status != "error"
+
+
+@dataclass(frozen=True)
+class CellHistory:
+    """One cell's runs as its readers need them: the record its verdict comes from, and the
+    later runs that measured nothing (listed with their time, never in its place)."""
+
+    record: Record  # the newest measured record, else the newest record
+    unmeasured: tuple[Record, ...] = ()  # runs newer than `record` that measured nothing
+
+    @property
+    def is_measured(self) -> bool:
+        return measured(self.record)
+
+    @classmethod
+    def of(cls, runs: list[tuple[tuple[str, float], Record]]) -> CellHistory:
+        """From every readable run of a cell, keyed by (started_at, record written): newest
+        means the run that started last (an imported older run never hides a newer one);
+        two runs in one second are told apart by when their record was written."""
+        ordered = [record for _, record in sorted(runs, key=lambda run: run[0], reverse=True)]
+        for index, record in enumerate(ordered):
+            if measured(record):
+                return cls(record, tuple(ordered[:index]))
+        return cls(ordered[0], ())
+
+
 class ForeignRecord(BadInput):
     """A record of another repro under this repro's folder: results of two repros never mix."""
 
@@ -149,53 +183,48 @@ class RecordStore:
             return []
         return sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
 
-    @staticmethod
-    def newest(cell_dir: Path, repro: str) -> tuple[Record | None, list[tuple[Path, str]]]:
-        """The newest readable record of one cell, and every unreadable one with the reason.
-
-        Newest means the run that started last (an imported older run never hides a newer
-        one); two runs in one second are told apart by when their record was written."""
-        best: tuple[tuple[str, float], Record] | None = None
+    def histories(self, repro: str) -> tuple[list[CellHistory], list[str]]:
+        """Every cell of `repro` (one per platform and label, whatever folder spelling older
+        versions used): its newest measured record and the later runs that measured nothing,
+        and the unreadable records that may be newer than the one taken, with the reason."""
+        runs: dict[tuple[str, str], list[tuple[tuple[str, float], Record]]] = {}
         unreadable: list[tuple[Path, str]] = []
-        for path in cell_dir.glob(f"*/{RECORD_FILE}"):
-            try:
-                record = Record.load(path)
-            except (OSError, ValueError, TypeError) as exc:
-                half = isinstance(exc, json.JSONDecodeError)
-                unreadable.append(
-                    (path, f"{path}: {'not valid JSON (half-written?)' if half else exc}")
-                )
-                continue
-            if record.repro != repro:
-                raise ForeignRecord(
-                    f"{path} is a record of repro {record.repro!r}, not {repro!r}; "
-                    f"move it out of {cell_dir.parent}"
-                )
-            key = (record.started_at, written(path))
-            if best is None or key > best[0]:
-                best = (key, record)
-        return (best[1] if best else None), unreadable
+        where: dict[int, Path] = {}  # a record -> the file it was read from
+        for cell_dir in self.cell_dirs(repro):
+            for path in cell_dir.glob(f"*/{RECORD_FILE}"):
+                try:
+                    record = Record.load(path)
+                except (OSError, ValueError, TypeError) as exc:
+                    half = isinstance(exc, json.JSONDecodeError)
+                    why = "not valid JSON (half-written?)" if half else exc
+                    unreadable.append((path, f"{path}: {why}"))
+                    continue
+                if record.repro != repro:
+                    raise ForeignRecord(
+                        f"{path} is a record of repro {record.repro!r}, not {repro!r}; "
+                        f"move it out of {cell_dir.parent}"
+                    )
+                key = (record.started_at, written(path))
+                where[id(record)] = path
+                runs.setdefault((record.platform, record.label), []).append((key, record))
+        found = [CellHistory.of(cell) for cell in runs.values()]
+        taken: dict[Path, float] = {}  # cell folder -> when the record taken from it was written
+        for history in found:
+            path = where[id(history.record)]
+            taken[path.parent.parent] = max(taken.get(path.parent.parent, 0.0), written(path))
+        problems = [
+            why for path, why in unreadable if written(path) >= taken.get(path.parent.parent, 0.0)
+        ]
+        return found, problems
 
     def scan(self, repro: str) -> tuple[list[Record], list[str]]:
-        """The newest readable record of every cell of `repro` (one per platform and label,
-        whatever folder spelling older versions used), and the unreadable records that may
-        be newer than the one taken, with the reason."""
-        newest: dict[tuple[str, str], tuple[tuple[str, float], Record]] = {}
-        problems: list[str] = []
-        for cell_dir in self.cell_dirs(repro):
-            best, unreadable = self.newest(cell_dir, repro)
-            taken = written(Path(best.dir) / RECORD_FILE) if best is not None else 0.0
-            problems += [why for path, why in unreadable if written(path) >= taken]
-            if best is None:
-                continue
-            key = (best.started_at, taken)
-            cell = (best.platform, best.label)
-            if cell not in newest or key > newest[cell][0]:
-                newest[cell] = (key, best)
-        return [record for _, record in newest.values()], problems
+        """The newest measured record of every cell of `repro` (see `CellHistory`), and the
+        unreadable records that may be newer than the one taken, with the reason."""
+        found, problems = self.histories(repro)
+        return [h.record for h in found], problems
 
     def latest(self, repro: str) -> list[Record]:
-        """The newest readable record of every cell of `repro` (unreadable ones skipped)."""
+        """The newest measured record of every cell of `repro` (unreadable ones skipped)."""
         return self.scan(repro)[0]
 
 

@@ -46,8 +46,9 @@ from reprobox.report.data import (
     order_records,
 )
 from reprobox.report.environment import Environment, gather
+from reprobox.report.markdown import Section
 from reprobox.report.scrub import Scrubber
-from reprobox.report.sections import Builder, Section
+from reprobox.report.sections import Builder
 
 __all__ = [
     "COMMENT_LIMIT",

@@ -1,4 +1,5 @@
-"""What a report is built from: the newest record of every cell, the bisect and sweep
+"""What a report is built from: the newest measured record of every cell (and the later runs
+that measured nothing, listed beside it, never in its place), the bisect and sweep
 summaries beside them, and the choice of cells a reader asked for (`--only`, `--since`).
 
 Cells that never produced a verdict because they never ran (bad input, an install that
@@ -43,6 +44,9 @@ class Loaded:
     records: list[Record]
     skipped: list[str] = field(default_factory=list)  # "path: why", one per unusable file
     left_out: int = 0  # cells --only / --since left out
+    # runs newer than their cell's measured record that measured nothing (interrupted,
+    # errored, never launched): listed with their time, never the cell's verdict
+    later: list[Record] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ def not_run(record: Record) -> bool:
 
 
 def load_records(store: RecordStore, name: str, selection: Selection = Selection()) -> Loaded:
-    """The newest readable record of every cell of `name`, by the store's one rule (the
+    """The newest measured record of every cell of `name`, by the store's one rule (the
     table shows the same ones), less the cells `selection` leaves out.
 
     A half-written record is skipped for the next older run of its cell, and named in the
@@ -102,19 +106,21 @@ def load_records(store: RecordStore, name: str, selection: Selection = Selection
     if not base.is_dir():
         raise ReportError(f"no results for {name} under {base}; run `reprobox run {name}` first")
     try:
-        records, skipped = store.scan(name)
+        cells, skipped = store.histories(name)
     except ForeignRecord as exc:
         raise ReportError(str(exc)) from None
+    records = [h.record for h in cells]
     if not records:
         extra = f" ({len(skipped)} unreadable)" if skipped else ""
         raise ReportError(f"no usable records for {name} under {base}{extra}")
     kept = [r for r in records if selection.keeps(r)]
+    later = [run for h in cells if any(h.record is r for r in kept) for run in h.unmeasured]
     if not kept:
         raise ReportError(
             f"--only / --since leave none of the {len(records)} cells of {name}; "
             f"the cells are: {', '.join(r.label for r in records)}"
         )
-    return Loaded(kept, skipped, left_out=len(records) - len(kept))
+    return Loaded(kept, skipped, left_out=len(records) - len(kept), later=later)
 
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]

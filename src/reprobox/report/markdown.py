@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 # Mentions and references GitHub links in prose: @user, @org/team, #123, GH-123, owner/repo#1.
 _MENTION = re.compile(r"@(?=[A-Za-z0-9])")
@@ -110,3 +111,12 @@ def number(value: object) -> str:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return ""
     return f"{value:.4g}"
+
+
+@dataclass
+class Section:
+    """A piece of the report; `drop` > 0 may be shortened to fit a comment (highest first)."""
+
+    text: str
+    drop: int = 0
+    stub: str = ""

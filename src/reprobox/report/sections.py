@@ -10,11 +10,9 @@ once. Text a script or machine wrote only ever goes through `markdown.text` / `c
 
 from __future__ import annotations
 
-import re
 import shlex
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -25,60 +23,16 @@ from reprobox.core import spec
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
-from reprobox.report import data, plots
+from reprobox.report import answers, data, plots
 from reprobox.report import markdown as md
+from reprobox.report.answers import issue_ref, names
 from reprobox.report.bundle import by_hand, pip_line, top_pins
 from reprobox.report.environment import Environment
+from reprobox.report.markdown import Section
 
 LOG_TAIL_LINES = 40
 MAX_METRIC_COLUMNS = 3  # the results table stays inside a comment's column
 _MARK = {"match": "✅", "mismatch": "❌", "error": "⚠️", "recorded": "ℹ️"}
-# Where a package's releases are tagged: (GitHub repo, tag prefix), for compare links.
-RELEASE_REPOS = {
-    "torch": ("pytorch/pytorch", "v"),
-    "transformers": ("huggingface/transformers", "v"),
-    "accelerate": ("huggingface/accelerate", "v"),
-    "trl": ("huggingface/trl", "v"),
-    "peft": ("huggingface/peft", "v"),
-    "datasets": ("huggingface/datasets", ""),
-    "tokenizers": ("huggingface/tokenizers", "v"),
-    "safetensors": ("huggingface/safetensors", "v"),
-    "huggingface-hub": ("huggingface/huggingface_hub", "v"),
-    "deepspeed": ("deepspeedai/DeepSpeed", "v"),
-    "numpy": ("numpy/numpy", "v"),
-}
-_GITHUB = re.compile(r"^https://github\.com/(?P<repo>[^/\s]+/[^/\s]+)/(?:issues|pull)/(?P<n>\d+)")
-
-
-@dataclass
-class Section:
-    """A piece of the report; `drop` > 0 may be shortened to fit a comment (highest first)."""
-
-    text: str
-    drop: int = 0
-    stub: str = ""
-
-
-def issue_ref(url: str) -> tuple[str, int] | None:
-    """`https://github.com/o/r/issues/5` -> ("o/r", 5)."""
-    match = _GITHUB.match(url)
-    return (match["repo"].lower(), int(match["n"])) if match else None
-
-
-def compare_link(package: str | None, older: str, newer: str) -> str | None:
-    """The GitHub compare view between two releases of a known package."""
-    known = RELEASE_REPOS.get(canonicalize_name(package or ""))
-    if known is None:
-        return None
-    repo, prefix = known
-    return f"https://github.com/{repo}/compare/{prefix}{older}...{prefix}{newer}"
-
-
-def _names(labels: Sequence[str]) -> str:
-    shown = [md.code(x) for x in labels]
-    if len(shown) <= 1:
-        return "".join(shown)
-    return ", ".join(shown[:-1]) + " and " + shown[-1]
 
 
 class Builder:
@@ -96,6 +50,7 @@ class Builder:
         self.variants = list(repro.spec.variants)
         self.records = data.order_records(loaded.records, self.variants)
         self.skipped = list(loaded.skipped)
+        self.later = list(loaded.later)  # newer runs than the verdicts shown, none measured
         self.left_out = loaded.left_out
         self.summaries = list(summaries)
         self.posting_to = posting_to  # "owner/repo#N" the comment goes to
@@ -161,132 +116,13 @@ class Builder:
         found = self.repro.spec.variants.get(variant)
         return found.description if found else ""
 
-    # -- the headline
+    # -- the answers (answers.py): the headline and the bisects behind it
 
     def headline(self) -> Section:
-        """The first lines: the newest answer of each kind of bisect or sweep (a commit
-        answer beside the release answer it narrowed), then the result of the bug's cell with
-        its versions and what the script measured."""
-        newest: dict[str, BisectSummary] = {}
-        for summary in self.summaries:  # newest first
-            newest.setdefault(summary.kind, summary)
-        lines = [line for s in newest.values() if (line := self.bisect_headline(s))]
-        lines.append(self.result_line())
-        return Section("\n\n".join(lines))
+        return answers.headline(self)
 
-    def result_line(self) -> str:
-        bug = self.bug_record()
-        if bug is None:
-            return (
-                f"**No verdict:** none of the {len(self.records)} cells ran (see *Not run* below)."
-            )
-        facts = ", ".join(self.versions(bug))
-        result = bug.result
-        ranks = result.get("world_size")
-        setup = [str(x) for x in (result.get("backend"), result.get("device")) if x]
-        if ranks:
-            facts += (
-                (", " if facts else "")
-                + f"{ranks} ranks"
-                + (f" ({', '.join(setup)})" if setup else "")
-            )
-        word = {
-            "reproduced": "Reproduced",
-            "clean": "Not reproduced",
-            "cannot_test": "Cannot test here",
-        }.get(bug.verdict or "", "No verdict")
-        if bug.verdict == "clean" and bug.expect != "reproduced":
-            word = "Clean"
-        if bug.status == "recorded":
-            word = "Measured"
-        said = md.text(bug.reason or (result.get("reason") or ""))
-        line = f"**{word}** with {md.text(facts)}" if facts else f"**{word}**"
-        line += f": {md.code(bug.label)}"
-        line += f" - {said}" if said else ""
-        if bug.status == "mismatch":
-            line += f" (expected {bug.expect})"
-        if bug.status == "error":
-            line += " (no verdict; see *Problems*)"
-        line += "."
-        others = [r for r in self.judged if r is not bug]
-        as_expected = [r for r in others if r.status in ("match", "recorded")]
-        by_verdict: dict[str, list[str]] = {}
-        for r in as_expected:
-            by_verdict.setdefault(r.verdict or "error", []).append(r.label)
-        parts = [
-            f"{_names(labels)} {'is' if len(labels) == 1 else 'are'} {verdict.replace('_', ' ')}"
-            for verdict, labels in by_verdict.items()
-        ]
-        if parts:
-            line += " " + "; ".join(parts) + ", as expected."
-        off = [r for r in others if r.status not in ("match", "recorded")]
-        if off:
-            line += (
-                " **Not as expected:** "
-                + "; ".join(
-                    f"{md.code(r.label)} gave {r.verdict or 'no verdict'} (expected {r.expect})"
-                    for r in off
-                )
-                + "."
-            )
-        measured = [r.label for r, _ in self.measured if r is not bug]
-        if measured:
-            line += f" {_names(measured)} recorded a measurement (see *Measurements*)."
-        return line
-
-    def bisect_headline(self, summary: BisectSummary) -> str:
-        """A bisect's or sweep's answer as one line a maintainer acts on."""
-        package = summary.package or ""
-        status = summary.status
-        if summary.kind == "sweep":
-            if not summary.affected:
-                return (
-                    f"**Sweep:** no release of {md.text(package)} in "
-                    f"{md.code(summary.range or 'the range')} reproduces."
-                )
-            line = f"**Affected:** {md.text(package)} {md.code(summary.affected)}"
-            events = []
-            for event in summary.events:
-                if event.introduced is not None:
-                    events.append(f"introduced in {md.text(event.introduced)}")
-                if event.fixed is not None:
-                    older = _before(summary.versions, event.fixed)
-                    link = compare_link(package, older, event.fixed) if older else None
-                    text = f"fixed in {md.text(event.fixed)}"
-                    if link:
-                        text += f" ({md.link(f'{older}...{event.fixed}', link)})"
-                    events.append(text)
-            if events:
-                line += " - " + ", ".join(events)
-            untested = f"; {len(summary.untested)} releases untested" if summary.untested else ""
-            return line + f" (sweep of {len(summary.versions)} releases{untested})."
-        commit = getattr(summary, "commit", None)
-        if summary.kind == "commit" and commit is not None and status == "found":
-            sha = md.code(commit.sha[:12])
-            shown = md.link(commit.sha[:12], commit.link) if commit.link else sha
-            what = "Fixed in commit" if summary.end_verdict == "clean" else "First bad commit"
-            line = f"**{what}:** {shown} {md.text(commit.subject)}"
-            if commit.pr_link and commit.pr:
-                line += f" ({md.link(f'#{commit.pr}', commit.pr_link)})"
-            return line + "."
-        known_sides = summary.start_verdict in ("reproduced", "clean")
-        if summary.kind == "release" and status == "found" and summary.first and known_sides:
-            last = summary.last_start or summary.bad or summary.good or ""
-            fixed = summary.start_verdict == "reproduced"
-            verb = "Fixed" if fixed else "Introduced"
-            if fixed:
-                side = f"{md.text(last)} is the last release that reproduces, " + (
-                    f"{md.text(summary.first)} the first clean one"
-                )
-            else:
-                side = f"{md.text(last)} is the last clean release, " + (
-                    f"{md.text(summary.first)} the first that reproduces"
-                )
-            link = compare_link(package, last, summary.first) if last else None
-            tail = f" ({md.link(f'compare {last}...{summary.first}', link)})" if link else ""
-            return f"**{verb} in {md.text(package)} {md.text(summary.first)}:** {side}{tail}."
-        said = md.text(summary.result or f"{summary.kind} ended {status}")
-        return f"**{summary.kind.capitalize()} ({md.text(status)}):** {said}"
+    def bisect_details(self) -> Section:
+        return answers.bisect_details(self)
 
     # -- what should happen
 
@@ -297,7 +133,7 @@ class Builder:
             rules = self._rules(bug.variant if bug else self.variants[0])
             rule = " and ".join(f"{md.code(r.metric)} <= {r.above:g}" for r in rules)
             clean = [r.label for r in self.judged if r.verdict == "clean"]
-            like = f", as with {_names(clean)}" if clean else ""
+            like = f", as with {names(clean)}" if clean else ""
             text = f"The run is clean: {rule}{like}."
         else:
             text = md.defuse(text)
@@ -483,19 +319,38 @@ class Builder:
         return md.details(f"Matrix: {len(self.matrix)} cells", body)
 
     def not_run_section(self) -> Section:
-        if not self.not_run:
+        """Cells that never ran, and later runs that measured nothing (an interrupt, an
+        error, an install that failed) while an earlier run of the cell measured the verdict
+        shown: each with its time, under one heading; none of them is a verdict."""
+        if not (self.not_run or self.later):
             return Section("")
-        lines = [
-            "### Not run",
-            "",
-            "These cells never ran (bad input, an install that failed, an interrupt), so they "
-            "say nothing about the bug:",
-            "",
-        ]
-        lines += [
-            f"- {md.code(r.label)}: {md.text(r.reason or 'no reason recorded')}"
-            for r in self.not_run
-        ]
+        lines = ["### Not run"]
+        if self.not_run:
+            lines += [
+                "",
+                "These cells never ran (bad input, an install that failed, an interrupt), so "
+                "they say nothing about the bug:",
+                "",
+                *(
+                    f"- {md.code(r.label)}: {md.text(r.reason or 'no reason recorded')} "
+                    f"({md.text(r.started_at or 'time not recorded')})"
+                    for r in self.not_run
+                ),
+            ]
+        if self.later:
+            measured = {(r.platform, r.label): r.started_at for r in self.records}
+            lines += [
+                "",
+                "Later runs that measured nothing; the verdicts above are from the earlier "
+                "runs that did:",
+                "",
+                *(
+                    f"- {md.code(r.label)} at {md.text(r.started_at or 'an unrecorded time')}: "
+                    f"{md.text(r.reason or 'no reason recorded')} (the verdict shown was "
+                    f"measured at {md.text(measured.get((r.platform, r.label), '?'))})"
+                    for r in self.later
+                ),
+            ]
         return Section("\n".join(lines))
 
     def problems(self, bisect_skipped: Sequence[str]) -> Section:
@@ -517,68 +372,6 @@ class Builder:
             return Section("")
         return Section("### Problems\n\n" + "\n\n".join(lines), drop=1, stub="")
 
-    def bisect_details(self) -> Section:
-        """The probes and facts behind the headline's answer, collapsed."""
-        if not self.summaries:
-            return Section("")
-        blocks = []
-        for number, summary in enumerate(self.summaries):
-            rows = [
-                [md.text(p.item + "".join(f" ({t})" for t in p.tags)), p.verdict or "skip",
-                 md.number(p.wall_s)]
-                for p in summary.probes
-            ]  # fmt: skip
-            body = md.text(summary.result) if summary.result else ""
-            doubts = self._doubts(summary)
-            if doubts:
-                body += "\n\n" + doubts
-            if summary.assumption:
-                body += "\n\n" + md.text(summary.assumption)
-            if rows:
-                body += "\n\n" + md.table(["probe", "verdict", "wall s"], rows)
-            kind = summary.kind
-            of = f"of {md.html_text(summary.package)}" if summary.package else ""
-            title = f"{kind.capitalize()} {of}"
-            title += f" ({md.html_text(summary.status)}, {len(summary.probes)} probes)"
-            if number > 0:
-                title = "Earlier: " + title
-            blocks.append(md.details(title.strip(), body.strip() or "no probes recorded"))
-        return Section("\n\n".join(blocks), drop=2, stub="")
-
-    def _doubts(self, summary: BisectSummary) -> str:
-        """Why an answer is not certain: its own contradictions, and records of this report
-        (which may be newer) that contradict it."""
-        lines = [
-            f"- {md.text(summary.package or '')} {md.text(c.item)}: {c.verdict.value} "
-            f"({md.text(c.source)}), the answer implies {c.expected.value}"
-            for c in summary.contradictions
-        ]
-        if summary.kind == "release" and summary.status in ("found", "ambiguous"):
-            known = [
-                (dict(r.packages)[k], Verdict(r.verdict), f"the {r.label} cell of this report")
-                for r in self.ran
-                for k in r.packages
-                if len(r.packages) == 1
-                and canonicalize_name(k) == summary.package
-                and r.variant == summary.variant
-                and r.platform == summary.platform
-                and not r.params
-                and r.verdict in (Verdict.CLEAN.value, Verdict.REPRODUCED.value)
-            ]
-            against, _ = summary.contradicted_by(known)
-            if against:
-                lines = [
-                    "**Not certain:** records in this report contradict this answer, so the "
-                    "verdict changes more than once in the range (run `reprobox sweep`):",
-                    *(
-                        f"- {md.text(summary.package)} {md.text(c.item)}: {c.verdict.value} "
-                        f"({md.text(c.source)}), the answer implies {c.expected.value}"
-                        for c in against
-                    ),
-                    *lines,
-                ]
-        return "\n".join(lines)
-
     # -- the environment
 
     def environment(self, env: Environment | None, gathered: bool) -> list[Section]:
@@ -595,7 +388,7 @@ class Builder:
             if len(labels) > 4:
                 shown = ", ".join(md.code(x) for x in labels[:4]) + f" and {len(labels) - 4} more"
             else:
-                shown = _names(labels)
+                shown = names(labels)
             where = f"In the environment of {shown}:"
             sections.append(Section(where))
             missing = []
@@ -613,9 +406,9 @@ class Builder:
                 else:
                     missing.append(f"{md.code(report.title)}: {md.text(report.note)}")
             if env.absent:
-                missing.append(f"{_names(env.absent)} (not installed)")
+                missing.append(f"{names(env.absent)} (not installed)")
             if missing:
-                sections.append(Section("Not run: " + "; ".join(missing) + "."))
+                sections.append(Section("Reports not gathered: " + "; ".join(missing) + "."))
         differing = self._differing_versions()
         if differing:
             sections.append(Section(differing))
@@ -690,15 +483,6 @@ def _count(n: int, word: str) -> str:
 def _versions(record: Record) -> dict[str, str]:
     found = record.result.get("versions") or {}
     return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
-
-
-def _before(versions: Sequence[str], version: str) -> str | None:
-    """The release before `version` in a sweep's ordered list."""
-    try:
-        index = list(versions).index(version)
-    except ValueError:
-        return None
-    return versions[index - 1] if index > 0 else None
 
 
 def _tail(path: Path, lines: int) -> str:

@@ -1,0 +1,292 @@
+"""The report's answers: the headline (what the sweeps, bisects and the bug's cell say) and
+the bisect details behind it, for the maintainer who fixes the bug.
+
+The "Affected" line is built from every verdict on disk for its configuration (`affected`),
+never from one sweep's own summary, and its edges are bounds unless two adjacent releases
+were probed: "introduced at or before X (the range's first release)", never "in X".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from packaging.utils import canonicalize_name
+
+from reprobox.bisect.summary import BisectSummary
+from reprobox.core.protocol import Verdict
+from reprobox.report import affected
+from reprobox.report import markdown as md
+from reprobox.report.markdown import Section
+
+if TYPE_CHECKING:
+    from reprobox.report.sections import Builder
+
+# Where a package's releases are tagged: (GitHub repo, tag prefix), for compare links.
+RELEASE_REPOS = {
+    "torch": ("pytorch/pytorch", "v"),
+    "transformers": ("huggingface/transformers", "v"),
+    "accelerate": ("huggingface/accelerate", "v"),
+    "trl": ("huggingface/trl", "v"),
+    "peft": ("huggingface/peft", "v"),
+    "datasets": ("huggingface/datasets", ""),
+    "tokenizers": ("huggingface/tokenizers", "v"),
+    "safetensors": ("huggingface/safetensors", "v"),
+    "huggingface-hub": ("huggingface/huggingface_hub", "v"),
+    "deepspeed": ("deepspeedai/DeepSpeed", "v"),
+    "numpy": ("numpy/numpy", "v"),
+}
+
+
+_GITHUB = re.compile(r"^https://github\.com/(?P<repo>[^/\s]+/[^/\s]+)/(?:issues|pull)/(?P<n>\d+)")
+
+
+def issue_ref(url: str) -> tuple[str, int] | None:
+    """`https://github.com/o/r/issues/5` -> ("o/r", 5)."""
+    match = _GITHUB.match(url)
+    return (match["repo"].lower(), int(match["n"])) if match else None
+
+
+def compare_link(package: str | None, older: str, newer: str) -> str | None:
+    """The GitHub compare view between two releases of a known package."""
+    known = RELEASE_REPOS.get(canonicalize_name(package or ""))
+    if known is None:
+        return None
+    repo, prefix = known
+    return f"https://github.com/{repo}/compare/{prefix}{older}...{prefix}{newer}"
+
+
+def names(labels: Sequence[str]) -> str:
+    shown = [md.code(x) for x in labels]
+    if len(shown) <= 1:
+        return "".join(shown)
+    return ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+def affected_line(found: affected.ReleaseMap) -> str:
+    """One configuration's affected releases, every edge an event or a bound, the evidence
+    counted, and any release measured both ways named (no event is claimed next to it)."""
+    package, _variant, _platform, others = found.config
+    name = md.text(package) + "".join(f" (with {md.text(k)} {md.text(v)})" for k, v in others)
+    probed = found.probed()
+    spans = found.spans()
+    if not spans:
+        line = f"**Sweep:** none of the {len(probed)} probed releases of {name} reproduces"
+    else:
+        ranges = " and ".join(
+            md.code(f"=={s.first}" if s.first == s.last else f">={s.first},<={s.last}")
+            for s in spans
+        )
+        events = [_edge(package, e) for s in spans for e in (s.start, s.end)]
+        line = f"**Affected:** {name} {ranges} - " + ", ".join(events)
+    counted = ", ".join(
+        f"{n} {kind}{'' if n == 1 else 's'}"
+        for kind in ("sweep", "bisect", "cell")
+        if (n := found.sources.get(kind, 0))
+    )
+    untested = f"; {len(found.untested)} untested" if found.untested else ""
+    line += f" ({len(probed)} of {len(found.releases)} releases probed: {counted}{untested})."
+    conflicts = found.conflicts()
+    if conflicts:
+        line += " **Not certain:** " + "; ".join(
+            f"{md.text(release)} gave "
+            + " and ".join(f"{s.verdict.value} ({md.text(s.source)})" for s in seen)
+            for release, seen in conflicts.items()
+        )
+        line += "; no change is claimed next to them."
+    return line
+
+
+def _edge(package: str, edge: affected.Edge) -> str:
+    """ "introduced in B" only between adjacent probed releases; otherwise a bound."""
+    verb = edge.kind
+    if edge.at is not None and edge.after is not None:
+        text = f"{verb} in {md.text(edge.at)}"
+        link = compare_link(package, edge.after, edge.at) if verb == "fixed" else None
+        return text + (f" ({md.link(f'{edge.after}...{edge.at}', link)})" if link else "")
+    if edge.after is not None and edge.before is not None:
+        return f"{verb} after {md.text(edge.after)}, at or before {md.text(edge.before)}"
+    if verb == "introduced":
+        which = "range's first release" if edge.first_of_range else "first release probed"
+        return f"introduced at or before {md.text(edge.before or '')} (the {which})"
+    which = "range's last release" if edge.first_of_range else "last release probed"
+    return f"fixed after {md.text(edge.after or '')}, if at all (the {which})"
+
+
+def headline(b: Builder) -> Section:
+    """The first lines: for each configuration a sweep mapped, the releases affected as every
+    verdict on disk says (`affected`); the newest answer of each other kind of bisect (a
+    commit answer beside the release answer it narrowed); then the result of the bug's cell
+    with its versions and what the script measured."""
+    lines = [
+        affected_line(affected.release_map(config, b.summaries, b.ran))
+        for config in affected.configs(b.summaries)
+    ]
+    newest: dict[str, BisectSummary] = {}
+    for summary in b.summaries:  # newest first
+        if summary.kind != "sweep":
+            newest.setdefault(summary.kind, summary)
+    lines += [line for s in newest.values() if (line := bisect_headline(s))]
+    lines.append(result_line(b))
+    return Section("\n\n".join(lines))
+
+
+def result_line(b: Builder) -> str:
+    bug = b.bug_record()
+    if bug is None:
+        return f"**No verdict:** none of the {len(b.records)} cells ran (see *Not run* below)."
+    facts = ", ".join(b.versions(bug))
+    result = bug.result
+    ranks = result.get("world_size")
+    setup = [str(x) for x in (result.get("backend"), result.get("device")) if x]
+    if ranks:
+        facts += (
+            (", " if facts else "") + f"{ranks} ranks" + (f" ({', '.join(setup)})" if setup else "")
+        )
+    word = {
+        "reproduced": "Reproduced",
+        "clean": "Not reproduced",
+        "cannot_test": "Cannot test here",
+    }.get(bug.verdict or "", "No verdict")
+    if bug.verdict == "clean" and bug.expect != "reproduced":
+        word = "Clean"
+    if bug.status == "recorded":
+        word = "Measured"
+    said = md.text(bug.reason or (result.get("reason") or ""))
+    line = f"**{word}** with {md.text(facts)}" if facts else f"**{word}**"
+    line += f": {md.code(bug.label)}"
+    line += f" - {said}" if said else ""
+    if bug.status == "mismatch":
+        line += f" (expected {bug.expect})"
+    if bug.status == "error":
+        line += " (no verdict; see *Problems*)"
+    line += "."
+    after = [r for r in b.later if (r.platform, r.label) == (bug.platform, bug.label)]
+    if after:
+        line += (
+            f" Measured at {md.text(bug.started_at)}; {len(after)} later run"
+            f"{' measured' if len(after) == 1 else 's measured'} nothing (see *Not run*)."
+        )
+    others = [r for r in b.judged if r is not bug]
+    as_expected = [r for r in others if r.status in ("match", "recorded")]
+    by_verdict: dict[str, list[str]] = {}
+    for r in as_expected:
+        by_verdict.setdefault(r.verdict or "error", []).append(r.label)
+    parts = [
+        f"{names(labels)} {'is' if len(labels) == 1 else 'are'} {verdict.replace('_', ' ')}"
+        for verdict, labels in by_verdict.items()
+    ]
+    if parts:
+        line += " " + "; ".join(parts) + ", as expected."
+    off = [r for r in others if r.status not in ("match", "recorded")]
+    if off:
+        line += (
+            " **Not as expected:** "
+            + "; ".join(
+                f"{md.code(r.label)} gave {r.verdict or 'no verdict'} (expected {r.expect})"
+                for r in off
+            )
+            + "."
+        )
+    measured = [r.label for r, _ in b.measured if r is not bug]
+    if measured:
+        line += f" {names(measured)} recorded a measurement (see *Measurements*)."
+    return line
+
+
+def bisect_headline(summary: BisectSummary) -> str:
+    """A release, date or commit bisect's answer as one line a maintainer acts on."""
+    package = summary.package or ""
+    status = summary.status
+    commit = getattr(summary, "commit", None)
+    if summary.kind == "commit" and commit is not None and status == "found":
+        sha = md.code(commit.sha[:12])
+        shown = md.link(commit.sha[:12], commit.link) if commit.link else sha
+        what = "Fixed in commit" if summary.end_verdict == "clean" else "First bad commit"
+        line = f"**{what}:** {shown} {md.text(commit.subject)}"
+        if commit.pr_link and commit.pr:
+            line += f" ({md.link(f'#{commit.pr}', commit.pr_link)})"
+        return line + "."
+    known_sides = summary.start_verdict in ("reproduced", "clean")
+    if summary.kind == "release" and status == "found" and summary.first and known_sides:
+        last = summary.last_start or summary.bad or summary.good or ""
+        fixed = summary.start_verdict == "reproduced"
+        verb = "Fixed" if fixed else "Introduced"
+        if fixed:
+            side = f"{md.text(last)} is the last release that reproduces, " + (
+                f"{md.text(summary.first)} the first clean one"
+            )
+        else:
+            side = f"{md.text(last)} is the last clean release, " + (
+                f"{md.text(summary.first)} the first that reproduces"
+            )
+        link = compare_link(package, last, summary.first) if last else None
+        tail = f" ({md.link(f'compare {last}...{summary.first}', link)})" if link else ""
+        return f"**{verb} in {md.text(package)} {md.text(summary.first)}:** {side}{tail}."
+    said = md.text(summary.result or f"{summary.kind} ended {status}")
+    return f"**{summary.kind.capitalize()} ({md.text(status)}):** {said}"
+
+
+def bisect_details(b: Builder) -> Section:
+    """The probes and facts behind the headline's answer, collapsed."""
+    if not b.summaries:
+        return Section("")
+    blocks = []
+    for number, summary in enumerate(b.summaries):
+        rows = [
+            [md.text(p.item + "".join(f" ({t})" for t in p.tags)), p.verdict or "skip",
+             md.number(p.wall_s)]
+            for p in summary.probes
+        ]  # fmt: skip
+        body = md.text(summary.result) if summary.result else ""
+        doubted = doubts(b, summary)
+        if doubted:
+            body += "\n\n" + doubted
+        if summary.assumption:
+            body += "\n\n" + md.text(summary.assumption)
+        if rows:
+            body += "\n\n" + md.table(["probe", "verdict", "wall s"], rows)
+        kind = summary.kind
+        of = f"of {md.html_text(summary.package)}" if summary.package else ""
+        title = f"{kind.capitalize()} {of}"
+        title += f" ({md.html_text(summary.status)}, {len(summary.probes)} probes)"
+        if number > 0:
+            title = "Earlier: " + title
+        blocks.append(md.details(title.strip(), body.strip() or "no probes recorded"))
+    return Section("\n\n".join(blocks), drop=2, stub="")
+
+
+def doubts(b: Builder, summary: BisectSummary) -> str:
+    """Why an answer is not certain: its own contradictions, and records of this report
+    (which may be newer) that contradict it."""
+    lines = [
+        f"- {md.text(summary.package or '')} {md.text(c.item)}: {c.verdict.value} "
+        f"({md.text(c.source)}), the answer implies {c.expected.value}"
+        for c in summary.contradictions
+    ]
+    if summary.kind == "release" and summary.status in ("found", "ambiguous"):
+        known = [
+            (dict(r.packages)[k], Verdict(r.verdict), f"the {r.label} cell of this report")
+            for r in b.ran
+            for k in r.packages
+            if len(r.packages) == 1
+            and canonicalize_name(k) == summary.package
+            and r.variant == summary.variant
+            and r.platform == summary.platform
+            and not r.params
+            and r.verdict in (Verdict.CLEAN.value, Verdict.REPRODUCED.value)
+        ]
+        against, _ = summary.contradicted_by(known)
+        if against:
+            lines = [
+                "**Not certain:** records in this report contradict this answer, so the "
+                "verdict changes more than once in the range (run `reprobox sweep`):",
+                *(
+                    f"- {md.text(summary.package)} {md.text(c.item)}: {c.verdict.value} "
+                    f"({md.text(c.source)}), the answer implies {c.expected.value}"
+                    for c in against
+                ),
+                *lines,
+            ]
+    return "\n".join(lines)
