@@ -34,7 +34,7 @@ from reprobox.core.errors import BadInput, ExitCode, ReproboxError
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
-from reprobox.envs.index import IndexAxes, SimpleIndex
+from reprobox.envs.index import IndexAxes, SimpleIndex, version_range
 from reprobox.run import pipeline as workflow
 from reprobox.run.backend import Backend
 from reprobox.run.backends.venv import VenvBackend
@@ -256,7 +256,10 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("repro", help="the repro to sweep (see `reprobox list`)")
     sweep.add_argument("--package", help="the package whose releases to probe")
     sweep.add_argument(
-        "--range", required=True, metavar="SPEC", help="the releases, e.g. '>=4.44.2,<=4.49.0'"
+        "--range",
+        required=True,
+        metavar="SPEC",
+        help="the releases, e.g. '>=4.44.2,<=4.49.0' or 4.44.2..4.49.0 (both ends in)",
     )
     sweep.add_argument("--variant", help="the variant to run at each probe")
     sweep.add_argument("--log", type=Path, help="probe log (default: derived from arguments)")
@@ -687,6 +690,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from reprobox.bisect import sweep
 
+    version_range(args.range)  # a bad --range is said before the index is asked
     target, defaults = _bisect_target(args)
     package = args.package or (defaults.package if defaults else None)
     if not package:
