@@ -4,6 +4,8 @@ is `>=A,<=B`, and a range that is neither form says which forms it takes."""
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from packaging.version import Version
 from conftest import reprobox
 from reprobox.core.errors import ExitCode
 from reprobox.core.instants import exclude_newer_problem
+from reprobox.envs import torch_source
 from reprobox.envs.index import Release, select, version_range
 
 
@@ -92,3 +95,63 @@ def test_a_sweep_takes_first_dot_dot_last(toy_root: Path) -> None:
     assert done.stderr.strip().splitlines()[-1] == (
         "reprobox: error: no release of numpy matches '99.0.0..99.1.0'"
     )
+
+
+# ---- the host torch probe honours --timeout ------------------------------------------------
+
+
+def _running(marker: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in words:
+            found.append(cmdline.parent.name)
+    return found
+
+
+@pytest.mark.e2e
+def test_the_host_probe_waits_no_longer_than_the_timeout(
+    toy_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host python that hangs on import (a stale network file system, say): the run ends
+    after --timeout, not 300 s, with one line, and what the probe started is gone too."""
+    toml = toy_root / "repros" / "toy" / "repro.toml"
+    toml.write_text(toml.read_text() + '\n[platforms.cpu]\nhost_torch = ">=2.0"\n')
+    marker = "47.25"
+    hung = tmp_path / "hung-python"
+    hung.write_text(f"#!/bin/sh\nsleep {marker} &\nexec sleep {marker}\n")
+    hung.chmod(0o755)
+    monkeypatch.setenv("REPROBOX_TORCH_SOURCE", "host")
+    monkeypatch.setenv("REPROBOX_HOST_PYTHON", str(hung))
+    started = time.monotonic()
+    done = reprobox("run", "toy", "--variant", "clean", "--timeout", "2", timeout=40)
+    assert time.monotonic() - started < 30, done.stderr
+    assert done.returncode == ExitCode.ENV_FAILED, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"reprobox: error: toy clean: REPROBOX_HOST_PYTHON={hung}: importing torch took over 2 s"
+    )
+    assert _running(marker) == []
+
+
+@pytest.mark.e2e
+def test_the_host_torch_version_is_what_imports_not_its_metadata(tmp_path: Path) -> None:
+    """A host whose torch metadata says 2.99.0 (a copied or hand-edited site install) but
+    whose torch imports as 2.13.0+cpu: the probe, and so the record and the range check,
+    say what imports."""
+    from test_host_torch import HOST_TORCH, _host_venv
+
+    python = _host_venv(tmp_path / "host")
+    [metadata] = (python.parent.parent / "lib").glob("python3.*/site-packages/torch-*/METADATA")
+    text = metadata.read_text().replace(f"Version: {HOST_TORCH}", "Version: 2.99.0")
+    metadata.unlink()  # a hard link into uv's cache: a new file, never an edit of the cache's
+    metadata.write_text(text)
+    said = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert said.stdout.strip() == "2.99.0"
+    torch_source.probe_host.cache_clear()
+    assert torch_source.probe_host(str(python)).version == HOST_TORCH

@@ -74,6 +74,8 @@ def _main(argv: Sequence[str]) -> int:
             spec.check_timeout(getattr(args, "timeout", None), "--timeout")
             spec.check_overrides(getattr(args, "packages", None) or [], "--with")
             args.settings = Settings.from_env()  # read once, here, and passed down
+            if getattr(args, "timeout", None):  # the host torch probe waits no longer
+                args.settings = replace(args.settings, host_probe_timeout=args.timeout)
             ui.configure(args.settings)
             results = str(args.settings.results)
             return int(args.handler(args))
