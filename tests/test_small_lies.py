@@ -9,10 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
+from bisect_fakes import hist_target, transformers_history, transformers_index
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from conftest import reprobox
+from reprobox.bisect.prober import BisectError
+from reprobox.bisect.releases import release_bisect
 from reprobox.core.errors import ExitCode
 from reprobox.core.instants import exclude_newer_problem
 from reprobox.envs import torch_source
@@ -155,3 +158,22 @@ def test_the_host_torch_version_is_what_imports_not_its_metadata(tmp_path: Path)
     assert said.stdout.strip() == "2.99.0"
     torch_source.probe_host.cache_clear()
     assert torch_source.probe_host(str(python)).version == HOST_TORCH
+
+
+# ---- a bisect end that cannot be tested says what to do next ------------------------------
+
+
+def test_an_end_that_cannot_be_tested_suggests_a_sweep_or_a_nearer_end(tmp_path: Path) -> None:
+    history = transformers_history(**{"4_44_2": None})  # the --bad end cannot be tested
+    with pytest.raises(BisectError) as refused:
+        release_bisect(
+            hist_target(tmp_path), "transformers", "4.46.1", "4.44.2", transformers_index(),
+            probes=history.probes,
+        )  # fmt: skip
+    said = str(refused.value)
+    assert said.startswith("--bad 4.44.2 cannot be tested here: cannot test: ")
+    assert said.endswith(
+        "; `reprobox sweep hist --package transformers --range '>=4.44.2,<=4.46.1' "
+        "--variant broken` probes every release and marks those it cannot test, or move "
+        "--bad to the nearest release that can be tested here"
+    ), said
