@@ -105,8 +105,11 @@ def check_ends(
         verdict = prober(item, 1)
         if verdict is None:
             why = prober.entry(item).reason
+            step = f"move {flag} to the nearest {noun} that can be tested here"
+            step = f"`{sweep}` probes every {noun} and marks those it cannot test, or {step}"
             raise BisectError(
-                f"{flag} {shown(item)} cannot be tested here: {why} (see {prober.log.path})"
+                f"{flag} {shown(item)} cannot be tested here: {why} (see {prober.log.path}); "
+                + (step if sweep else step.rpartition(", or ")[2])
             )
         got[flag] = verdict
     if got["--good"] is Verdict.CLEAN and got["--bad"] is Verdict.REPRODUCED:

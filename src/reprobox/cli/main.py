@@ -26,6 +26,7 @@ from reprobox.cli import listing as list_cli
 from reprobox.cli import report as report_cli
 from reprobox.cli import scaleout as scaleout_cli
 from reprobox.cli import ui
+from reprobox.cli import verdict as verdict_cli
 from reprobox.cli import wheelhouse as wheelhouse_cli
 from reprobox.core import cells as matrix
 from reprobox.core import spec
@@ -33,7 +34,7 @@ from reprobox.core.errors import BadInput, ExitCode, ReproboxError
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
-from reprobox.envs.index import IndexAxes, SimpleIndex
+from reprobox.envs.index import IndexAxes, SimpleIndex, version_range
 from reprobox.run import pipeline as workflow
 from reprobox.run.backend import Backend
 from reprobox.run.backends.venv import VenvBackend
@@ -41,10 +42,25 @@ from reprobox.run.backends.venv import VenvBackend
 if TYPE_CHECKING:
     from reprobox.bisect.prober import Target
 
-VERDICT_STOP = 255  # `git bisect run`: stop, this is neither good, bad nor skip
-
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; `verdict` ends only in `git bisect run`'s codes (an argparse
+    error or an uncaught exception included: `verdict_cli.bisect_code`)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if not verdict_cli.is_verdict(words):
+        return _main(words)
+    try:
+        return verdict_cli.bisect_code(_main(words))
+    except SystemExit as exc:  # argparse: bad flags (2), --help (0)
+        return verdict_cli.bisect_code(exc.code if isinstance(exc.code, int) else 2)
+    except KeyboardInterrupt:  # before or after the handled block
+        return int(ExitCode.INTERRUPTED)
+    except BaseException as exc:  # never a traceback that `git bisect run` reads as "bad"
+        ui.error(f"internal error: {type(exc).__name__}: {exc} (please report it)")
+        return verdict_cli.STOP
+
+
+def _main(argv: Sequence[str]) -> int:
     from reprobox.core.errors import interrupt_code
     from reprobox.run import interrupts
 
@@ -58,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             spec.check_timeout(getattr(args, "timeout", None), "--timeout")
             spec.check_overrides(getattr(args, "packages", None) or [], "--with")
             args.settings = Settings.from_env()  # read once, here, and passed down
+            if getattr(args, "timeout", None):  # the host torch probe waits no longer
+                args.settings = replace(args.settings, host_probe_timeout=args.timeout)
             ui.configure(args.settings)
             results = str(args.settings.results)
             return int(args.handler(args))
@@ -152,14 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     _format_argument(run)
     run.set_defaults(handler=cmd_run)
 
-    verdict = commands.add_parser(
-        "verdict",
-        help="run one variant; exit 0 clean / 1 reproduced / 125 cannot test (git bisect run)",
-    )
-    verdict.add_argument("repro", help="the repro to run (see `reprobox list`)")
-    _cell_arguments(verdict)
-    _backend_arguments(verdict)
-    verdict.set_defaults(handler=cmd_verdict)
+    verdict_cli.register(commands, _cell_arguments, _backend_arguments, cmd_verdict)
 
     bisect = commands.add_parser(
         "bisect",
@@ -247,7 +258,10 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("repro", help="the repro to sweep (see `reprobox list`)")
     sweep.add_argument("--package", help="the package whose releases to probe")
     sweep.add_argument(
-        "--range", required=True, metavar="SPEC", help="the releases, e.g. '>=4.44.2,<=4.49.0'"
+        "--range",
+        required=True,
+        metavar="SPEC",
+        help="the releases, e.g. '>=4.44.2,<=4.49.0' or 4.44.2..4.49.0 (both ends in)",
     )
     sweep.add_argument("--variant", help="the variant to run at each probe")
     sweep.add_argument("--log", type=Path, help="probe log (default: derived from arguments)")
@@ -552,11 +566,9 @@ def cmd_verdict(args: argparse.Namespace) -> int:
     _say_commits([record])
     if record.verdict is not None and record.status != "error":
         return Verdict(record.verdict).exit_code
-    if record.exit_code in (ExitCode.ENV_FAILED, ExitCode.CANNOT_TEST):  # too few GPUs, too
-        return int(ExitCode.CANNOT_TEST)
-    ui.error(record.reason)
-    interrupts = (ExitCode.INTERRUPTED, ExitCode.TERMINATED, ExitCode.HANGUP)
-    return record.exit_code if record.exit_code in interrupts else VERDICT_STOP
+    if record.exit_code not in (ExitCode.ENV_FAILED, ExitCode.CANNOT_TEST):  # skips
+        ui.error(record.reason)
+    return verdict_cli.bisect_code(record.exit_code)
 
 
 def _source_arguments(parser: argparse.ArgumentParser) -> None:
@@ -680,6 +692,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from reprobox.bisect import sweep
 
+    version_range(args.range)  # a bad --range is said before the index is asked
     target, defaults = _bisect_target(args)
     package = args.package or (defaults.package if defaults else None)
     if not package:

@@ -43,6 +43,7 @@ class Settings:
     # torch of REPROBOX_HOST_PYTHON, a cluster's own CUDA build: envs/torch_source.py)
     torch_source: str = "cpu"
     host_python: str = "python3"  # REPROBOX_HOST_PYTHON: the interpreter with the host's torch
+    host_probe_timeout: float | None = None  # the run's --timeout, for the host torch probe
     script_cache: Path | None = None  # REPRO_CACHE: what scripts build (default: under cache)
     # uv's own settings that can serve torch (uv reads them itself; named in records/errors)
     uv_settings: tuple[tuple[str, str], ...] = ()

@@ -30,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reprobox.core.errors import BadInput, SpecError
+from reprobox.core.instants import exclude_newer_problem
 from reprobox.core.protocol import Expectation, Verdict
 
 SPEC_FILE = "repro.toml"
@@ -430,6 +431,10 @@ def _check_semantics(repro: Repro, shown: str) -> None:
     if not repro.script.is_file():
         fail("repro.script", f"script {spec.repro.script!r} not found in {_display(repro.dir)}")
     _check_pins(spec.env.pins, "env.pins", fail)
+    if spec.env.exclude_newer is not None and (
+        why := exclude_newer_problem(spec.env.exclude_newer)
+    ):
+        fail("env.exclude_newer", why)
     for name, platform in spec.platforms.items():
         if not SLUG.match(name):
             fail(f"platforms.{name}", _NOT_A_SLUG)

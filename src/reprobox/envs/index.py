@@ -166,6 +166,25 @@ class Selection:
         return f"{package}: left out of the range: {listed}"
 
 
+RANGE_FORMS = (
+    "a specifier such as '>=4.44.2,<=4.49.0', or FIRST..LAST ('4.44.2..4.49.0', both ends in)"
+)
+
+
+def version_range(text: str) -> SpecifierSet:
+    """A range of releases: a PEP 440 specifier, or `FIRST..LAST` (`>=FIRST,<=LAST`, the
+    form `--by-date` takes); an error shows both forms. "" is every release."""
+    first, dots, last = (part.strip() for part in text.partition(".."))
+    try:
+        if not dots:
+            return SpecifierSet(text)
+        if Version(first) > Version(last):
+            raise BadInput(f"{text!r}: {first} comes after {last}; give FIRST..LAST")
+        return SpecifierSet(f">={first},<={last}")
+    except (InvalidSpecifier, InvalidVersion):
+        raise BadInput(f"{text!r} is not a version range; give {RANGE_FORMS}") from None
+
+
 def select_explained(
     releases: Iterable[Release],
     specifier: str,
@@ -175,10 +194,7 @@ def select_explained(
 ) -> Selection:
     """`select`, saying which releases inside the range it left out and why, so a matrix
     axis never drops a release silently (transformers 4.46.0 is yanked, for one)."""
-    try:
-        spec = SpecifierSet(specifier)
-    except InvalidSpecifier:
-        raise BadInput(f"{specifier!r} is not a version range") from None
+    spec = version_range(specifier)
     excluded = {Version(v) for v in exclude}
     kept: list[Version] = []
     left_out: list[tuple[Version, str]] = []

@@ -25,9 +25,12 @@ wheels (`locks.host_lock`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -267,29 +270,46 @@ class HostTorch:
         return line
 
 
+def run_import(
+    argv: list[str], what: str, timeout: float | None, cwd: str | Path
+) -> subprocess.CompletedProcess[str]:
+    """Run a python that imports torch (the host probe, a host venv's check), waiting at
+    most `timeout` seconds (the run's --timeout; None: PROBE_TIMEOUT), in its own session:
+    one that outlives it is killed with everything it started, and is an environment error."""
+    limit = timeout or PROBE_TIMEOUT
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        text=True, cwd=cwd, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except BaseException as exc:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise EnvError(f"{what}: importing torch took over {limit:g} s") from None
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 @functools.cache
-def probe_host(python: str, packages: tuple[str, ...] = ()) -> HostTorch:
+def probe_host(
+    python: str, packages: tuple[str, ...] = (), timeout: float | None = None
+) -> HostTorch:
     """The host's torch, as `python` (REPROBOX_HOST_PYTHON: a name on PATH or a path) imports
     it, and where the host has `packages` (a repro's `host_packages`); once per process. An
     interpreter that is not there or does not run, or that has no torch (or one that fails
-    to import), is an environment error (exit 3); a package it lacks is in `missing` (the
-    cell cannot be tested there: the pipeline says so)."""
+    to import), is an environment error (exit 3), as is one that takes over `timeout`
+    seconds (the run's --timeout) to import it; a package it lacks is in `missing` (the cell
+    cannot be tested there: the pipeline says so)."""
     what = f"REPROBOX_HOST_PYTHON={python}"
     found = shutil.which(python) if "/" not in python else python
     if found is None or not Path(found).exists():
         raise EnvError(f"{what}: no such interpreter (not a file, nor a command on PATH)")
     with tempfile.TemporaryDirectory() as cwd:  # a `torch/` folder where we are shadows none
         try:
-            proc = subprocess.run(
-                [found, "-c", _PROBE, *packages],
-                capture_output=True,
-                text=True,
-                timeout=PROBE_TIMEOUT,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            raise EnvError(f"{what}: importing torch took over {PROBE_TIMEOUT:g} s") from None
+            proc = run_import([found, "-c", _PROBE, *packages], what, timeout, cwd)
         except OSError as exc:
             raise EnvError(f"{what} does not run: {exc.strerror or exc}") from None
     said = [line for line in proc.stdout.splitlines() if line.startswith("REPROBOX-HOST ")]

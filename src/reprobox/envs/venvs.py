@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,7 +110,9 @@ def ensure_env(
     host: torch_source.HostTorch | None = None
     lock_python = python
     if settings.torch_source == "host":  # the lock without torch, in the host's interpreter
-        host = torch_source.probe_host(settings.host_python, tuple(host_packages))
+        host = torch_source.probe_host(
+            settings.host_python, tuple(host_packages), timeout=settings.host_probe_timeout
+        )
         lock, python = locks.host_lock(lock, settings, host_packages), host.python
     digest = env_hash(lock, python, install_env, no_build_isolation)
     path = settings.cache / "envs" / digest
@@ -131,7 +132,7 @@ def ensure_env(
                 f"{after}; remove it (rm -rf {path}) and run again"
             )
         if host is not None:
-            _check_host_import(path, host)
+            _check_host_import(path, host, settings.host_probe_timeout)
             (path / HOST_TORCH_NOTE).write_text(json.dumps(host.identity, sort_keys=True))
         described = (
             host.describe(lock_python)
@@ -179,7 +180,9 @@ def _host_scripts(path: Path, host: torch_source.HostTorch) -> None:
         script.chmod(0o755)
 
 
-def _check_host_import(path: Path, host: torch_source.HostTorch) -> None:
+def _check_host_import(
+    path: Path, host: torch_source.HostTorch, timeout: float | None = None
+) -> None:
     """The venv must import the host's torch, from the host's folder: proves the `.pth`
     works, and that the lock's packages (say an older numpy) do not break torch's import."""
     names = [name for name, _, _ in host.packages]
@@ -188,11 +191,8 @@ def _check_host_import(path: Path, host: torch_source.HostTorch) -> None:
         f"[print(md.version(n)) for n in {names!r}]; print(torch.__file__); "
         "print(torch.__version__)"
     )
-    proc = subprocess.run(
-        [str(path / "bin" / "python"), "-c", code],
-        capture_output=True, text=True, timeout=torch_source.PROBE_TIMEOUT,
-        cwd=path, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    what = f"the host venv {path}"
+    proc = torch_source.run_import([str(path / "bin" / "python"), "-c", code], what, timeout, path)
     lines = proc.stdout.splitlines()
     if proc.returncode != 0 or len(lines) < 2:
         last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
