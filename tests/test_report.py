@@ -231,13 +231,19 @@ def test_report_from_records_on_disk(ppo_root: Path) -> None:
     )
     assert second.endswith("`fixed` is clean, as expected.")
     assert "### Expected behavior" in comment
-    # the minimal reproduction: one pip line, the launcher lines a person types
-    assert "pip install torch==2.13.0 trl==0.7.1\n# broken (reproduced)\n" in comment
+    # the minimal reproduction: a fresh venv per pin set, the launcher lines a person types
+    cpu = "--extra-index-url https://download.pytorch.org/whl/cpu"
     assert (
+        "# broken\npython3 -m venv env1 && . env1/bin/activate\n"
+        f"pip install {cpu} torch==2.13.0 trl==0.7.1\n"
         "OMP_NUM_THREADS=1 accelerate launch --config_file zero.yaml --num_processes 2 "
-        "ppo.py --variant broken"
+        "ppo.py --variant broken   # expect: reproduced\n"
     ) in comment
-    assert "pip install trl==0.7.2   # what fixed changes" in comment
+    assert (
+        "deactivate\n\n# fixed\npython3 -m venv env2 && . env2/bin/activate\n"
+        f"pip install {cpu} torch==2.13.0 trl==0.7.2\n"
+    ) in comment
+    assert "reprobox bundle" not in comment  # the maintainer has no reprobox
     assert "<details><summary><code>ppo.py</code> (2 lines)</summary>" in comment
     assert '"""The fake PPO step."""' in comment
     # one results table: variant, verdict, the rule's metric and one headline metric
@@ -255,7 +261,7 @@ def test_report_from_records_on_disk(ppo_root: Path) -> None:
     assert "| trl | 0.7.2 |" in comment
     # each fact once: no second verdict list, no repeated launcher commands
     assert comment.count("the old release") == 1
-    assert comment.count("--variant broken\n") == 1
+    assert comment.count("--variant broken   # expect") == 1
     # plots: not in the comment (gh cannot attach them), named once
     assert "![" not in comment and "plots are in report.html" in comment
     assert comment.rstrip().endswith("<!-- reprobox-report: ppo -->")

@@ -24,7 +24,7 @@ from reprobox.core.errors import ExitCode
 @pytest.mark.parametrize(
     ("code", "answer"),
     [(0, 0), (1, 1), (125, 125), (3, 125), (2, 255), (4, 255), (5, 255), (6, 255), (70, 255),
-     (124, 255), (130, 130), (143, 143), (129, 129), (None, 0), (7, 255)],
+     (124, 255), (130, 255), (143, 255), (129, 255), (None, 0), (7, 255)],
 )  # fmt: skip
 def test_verdict_answers_only_in_git_bisect_run_codes(code: int | None, answer: int) -> None:
     assert verdict.bisect_code(code) == answer

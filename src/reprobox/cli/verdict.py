@@ -3,8 +3,8 @@
 git reads 0 as good, 125 as skip and every other code from 1 to 127 as bad, so a typo, a
 read-only results folder or an unreachable Slurm that exited 2, 4 or 70 would be taken for
 "this commit reproduces" and a first bad commit named. `bisect_code` is the one rule that
-keeps that from happening: `verdict` exits 0, 1, 125, or 255 (git aborts); an interrupt keeps
-its 129/130/143, on which git aborts too.
+keeps that from happening: `verdict` exits 0, 1, 125, or 255 (git aborts), an interrupt
+included (git aborts on 128 and above as well, but a caller other than git may not).
 """
 
 from __future__ import annotations
@@ -18,16 +18,15 @@ from reprobox.core.errors import ExitCode
 STOP = 255  # `git bisect run`: abort, this is neither good, bad nor skip
 COMMAND = "verdict"
 _ANSWERS = (ExitCode.OK, ExitCode.FAILED, ExitCode.CANNOT_TEST)
-_INTERRUPTS = (ExitCode.INTERRUPTED, ExitCode.TERMINATED, ExitCode.HANGUP)
 
 
 def bisect_code(code: int | None) -> int:
     """The exit code `verdict` ends with for the harness's `code`: 0 clean, 1 reproduced,
     125 cannot test or an environment that cannot be installed (skip: git's convention for
-    a commit that does not build), an interrupt's own code; anything else 255."""
+    a commit that does not build); anything else, an interrupt included, 255."""
     if code is None:
         return int(ExitCode.OK)
-    if code in _ANSWERS or code in _INTERRUPTS:
+    if code in _ANSWERS:
         return int(code)
     if code == ExitCode.ENV_FAILED:
         return int(ExitCode.CANNOT_TEST)

@@ -111,9 +111,16 @@ def fit(sections: list[Section], limit: int) -> list[Section]:
     """Shorten the droppable sections, least essential first, until the text fits `limit`."""
     sections = list(sections)
     for level in sorted({s.drop for s in sections if s.drop > 0}, reverse=True):
-        if len(_join(sections)) <= limit:
-            break
-        sections = [Section(s.stub) if s.drop == level else s for s in sections]
+        # within a level the largest goes first, one at a time: a small file a shown command
+        # needs (a launcher config) stays inline while a big one makes the room
+        order = sorted(
+            (i for i, s in enumerate(sections) if s.drop == level),
+            key=lambda i: -len(sections[i].text),
+        )
+        for i in order:
+            if len(_join(sections)) <= limit:
+                return sections
+            sections[i] = Section(sections[i].stub)
     return sections
 
 
@@ -195,6 +202,12 @@ def write_report(
             progress("environment reports (transformers env, collect_env, ...)")
             env = _environment(builder, options, repro)
         head = [builder.headline(), builder.expected(), *builder.reproduction()]
+        # the comment goes to a maintainer without reprobox: no hint to run it
+        comment_head = [
+            builder.headline(),
+            builder.expected(),
+            *builder.reproduction(bundle_hint=False),
+        ]
         results = builder.results()
         rest = [
             builder.not_run_section(),
@@ -202,7 +215,6 @@ def write_report(
             builder.bisect_details(),
             *builder.environment(env, options.collect_env),
         ]
-        body = [*head, *results, *rest]
         report_sections = [
             builder.title(),
             *head,
@@ -216,7 +228,8 @@ def write_report(
         (tmp / "report.md").write_text(report_md)
         (tmp / "report.html").write_text(html.render(report_md, tmp, repro.spec.repro.title))
         plot_note = f"*{len(made)} plots are in report.html, in {artifact_hint()}.*" if made else ""
-        comment_sections = [_scrubbed(s, scrub) for s in [*body, builder.footer(comment=True)]]
+        comment_body = [*comment_head, *results, *rest, builder.footer(comment=True)]
+        comment_sections = [_scrubbed(s, scrub) for s in comment_body]
         comment = comment_text(comment_sections, scrub.text(plot_note), comment_marker(name))
         (tmp / "comment.md").write_text(comment)
         merged = {

@@ -26,9 +26,10 @@ from reprobox.core.records import Record
 from reprobox.report import answers, data, plots
 from reprobox.report import markdown as md
 from reprobox.report.answers import issue_ref, names
-from reprobox.report.bundle import by_hand, pip_line, top_pins
+from reprobox.report.bundle import by_hand, top_pins
 from reprobox.report.environment import Environment
 from reprobox.report.markdown import Section
+from reprobox.report.reproduce import pin_groups
 
 LOG_TAIL_LINES = 40
 MAX_METRIC_COLUMNS = 3  # the results table stays inside a comment's column
@@ -152,19 +153,17 @@ class Builder:
         if not variants:
             return []
         first = variants[0]
-        base = self._pins(first)
-        lines = [pip_line(base)]
-        for v in variants:
-            rule = f" ({self.repro.variant(v).expect.value})"
-            extra = [p for p in self._pins(v) if p not in base]
-            lines.append(f"# {v}{rule}")
-            if extra:
-                lines.append(f"{pip_line(extra)}   # what {v} changes")
-            lines.append(by_hand(self.repro, v).line())
+        lines = pin_groups(
+            variants,
+            self._pins,
+            lambda v: by_hand(self.repro, v).line(),
+            lambda v: self.repro.variant(v).expect.value,
+        )
         intro = (
-            "On CPU, in a fresh environment: install the pins, save the files below beside "
-            "each other (fixes under `fixes/`), run a line. The script prints its verdict and "
-            "exits 1 when it reproduces, 0 when clean, 125 when it cannot test here."
+            "On CPU: save the files below beside each other (fixes under `fixes/`), then run "
+            "the block. Each set of pins gets its own fresh venv, so every variant runs on its "
+            "own releases. The script prints its verdict and exits 1 when it reproduces, 0 "
+            "when clean, 125 when it cannot test here."
         )
         sections = [Section(f"### Reproduction\n\n{intro}\n\n" + md.fence("\n".join(lines), "sh"))]
         sections += self.code(script_first=True)
@@ -211,7 +210,8 @@ class Builder:
                 Section(
                     md.details(f"{md.html_code(shown)} ({lines} lines)", md.fence(text, lang)),
                     drop=2 if rank == 0 else 4,
-                    stub=f"*{md.code(shown)} omitted here for length; see the bundle.*",
+                    stub=f"*{md.code(shown)} ({lines} lines, {len(text):,} characters) is not "
+                    "shown: with it the comment would pass GitHub's 65,536 characters.*",
                 )
             )
         return sections
