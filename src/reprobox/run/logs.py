@@ -24,6 +24,7 @@ LOG_HEAD_BYTES = 4 * 1024 * 1024  # what a capped log keeps of its start (the se
 LOG_TAIL_BYTES = 4 * 1024 * 1024  # and of its end (the last steps, the traceback)
 _RANK_PREFIX = re.compile(r"^\[[A-Za-z_]*?(\d+)\]:")
 _COPY_CHUNK = 1024 * 1024
+_MARKER_ROOM = 1024
 
 
 def collect_rank_logs(log_dir: Path) -> list[Path]:
@@ -80,7 +81,7 @@ def cap_log(path: Path, head: int = LOG_HEAD_BYTES, tail: int = LOG_TAIL_BYTES) 
     """Keep the first `head` and last `tail` bytes of a log over head + tail (cut at line
     ends), with a line saying what was cut; whether it was cut."""
     size = path.stat().st_size
-    if size <= head + tail:
+    if size <= head + tail + _MARKER_ROOM:  # a capped log (head, tail, the line) stays as it is
         return False
     tmp = path.with_name(f".{path.name}.capped")
     with path.open("rb") as source, tmp.open("wb") as out:
