@@ -3,6 +3,7 @@ a result, in collect_env's output; home directories become `~`."""
 
 from __future__ import annotations
 
+import json
 import stat
 from pathlib import Path
 
@@ -189,3 +190,28 @@ def test_more_secret_shapes_are_scrubbed(planted: str, secret: str, kept: str) -
 )
 def test_what_only_looks_like_the_new_shapes_stays(harmless: str) -> None:
     assert Scrubber({}, home="/home/nobody").text(harmless) == harmless
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("login bob password hunter2secret", "login bob password [REDACTED]"),
+        ("the db password hunter2secret is old", "the db password [REDACTED] is old"),
+        ("mysql -u root -pS3cretMysql9 shop", "mysql -u root -p[REDACTED] shop"),
+        ("password is required", "password is required"),
+        ("ssh -p22 host; mkdir -pv out; docker run -p8080:80 x", None),
+    ],
+)
+def test_password_words_and_glued_dash_p(text: str, kept: str | None) -> None:
+    assert Scrubber({}).text(text) == (kept or text)
+
+
+def test_a_git_source_shows_no_credentials_in_label_slug_or_identity() -> None:
+    from reprobox.core.cells import Cell
+
+    url = "git+https://bob:gitpass5511@example.com/x.git@main"
+    cell = Cell("toy", "broken", packages=(("torch", url),))
+    shown = [cell.label, cell.slug, json.dumps(cell.identity())]
+    assert not [s for s in shown if "gitpass5511" in s], shown
+    assert "[REDACTED]" in cell.label
+    assert f"--with=torch@{url}" in cell.run_args()  # what runs it still reaches the repo

@@ -50,5 +50,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     out = args.out or default_out(settings.results, repro.name)
     made = write_bundle(repro, variants, locks, out, args.platform, names)
     ui.info(f"bundle: {made.dir} and {made.archive} ({', '.join(made.variants)})")
+    if made.scrubbed:
+        ui.info(f"bundle: secrets replaced with [REDACTED] in {', '.join(made.scrubbed)}")
     ui.info(f"run it: cd {made.dir} && ./run.sh {made.variants[0]}")
     return 0

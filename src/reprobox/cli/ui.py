@@ -22,6 +22,7 @@ from rich.text import Text
 
 from reprobox.core.cells import Cell
 from reprobox.core.records import Record
+from reprobox.core.scrub import secrets_out
 from reprobox.core.settings import Settings
 
 if TYPE_CHECKING:
@@ -56,7 +57,8 @@ def interactive() -> bool:
 
 
 def error(message: str) -> None:
-    console.print(f"reprobox: error: {message}", style="red", markup=False)
+    """The one error line; never a secret in it (CI logs are read by many)."""
+    console.print(f"reprobox: error: {secrets_out(message)}", style="red", markup=False)
 
 
 def info(message: str) -> None:
@@ -76,7 +78,7 @@ def record_line(record: Record) -> None:
     )
     if record.reason:
         line += f"  - {record.reason}"
-    console.print(line, style=_STATUS_STYLE.get(record.status), markup=False)
+    console.print(secrets_out(line), style=_STATUS_STYLE.get(record.status), markup=False)
 
 
 class CellProgress:

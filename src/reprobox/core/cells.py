@@ -19,6 +19,7 @@ from packaging.version import Version
 
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Expectation, Verdict
+from reprobox.core.scrub import hide_url_credentials
 from reprobox.core.spec import MatrixSection, Repro, check_version
 
 DEFAULT_CELL = "default"
@@ -50,8 +51,9 @@ class Cell:
 
     @property
     def label(self) -> str:
-        """`broken`, or `broken[transformers=5.24.0,model=t5]` for a matrix cell."""
-        axes = [*self.packages, *self.params]
+        """`broken`, or `broken[transformers=5.24.0,model=t5]` for a matrix cell; a source
+        URL's credentials never show (the label names folders and records)."""
+        axes = [*self.shown_packages, *self.params]
         if not axes:
             return self.variant
         return f"{self.variant}[{','.join(f'{k}={v}' for k, v in axes)}]"
@@ -63,13 +65,19 @@ class Cell:
         label = re.sub(r"[^A-Za-z0-9._=@,-]+", "_", self.label.replace("[", "@").rstrip("]"))
         return f"{self.platform}-{label}"
 
+    @property
+    def shown_packages(self) -> tuple[tuple[str, str], ...]:
+        """The package overrides as they may be shown or stored: no `user:password@`."""
+        return tuple((k, hide_url_credentials(v)) for k, v in self.packages)
+
     def identity(self) -> dict[str, Any]:
-        """The cell as plain data, as records and job descriptions carry it."""
+        """The cell as plain data, as records and job descriptions carry it (source URLs
+        without their credentials; `run_args` is what still reaches them)."""
         return {
             "repro": self.repro,
             "variant": self.variant,
             "label": self.label,
-            "packages": dict(self.packages),
+            "packages": dict(self.shown_packages),
             "params": dict(self.params),
             "expect": self.expect.value,
             "also_ok": [v.value for v in self.also_ok],

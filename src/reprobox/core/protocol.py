@@ -21,6 +21,9 @@ RESULT_ENV = "REPRO_RESULT"
 CACHE_ENV = "REPRO_CACHE"  # a folder the script may keep built things in (models, ops)
 PLAN_ENV = "REPRO_PLAN"  # a batch of variants in one launch (repros/README.md, "Batching")
 SCHEMA_VERSION = 1
+# The most a result file may hold (repros/README.md): metrics and versions, not data. A bigger
+# one is a harness/result error, never read (it would be copied into the record).
+MAX_RESULT_BYTES = 10 * 1024 * 1024
 
 
 class Verdict(StrEnum):
@@ -63,8 +66,15 @@ class Expectation(StrEnum):
 
 
 def read_result(path: Path) -> dict[str, Any]:
-    """Load and validate a script's result JSON; raise LaunchError on anything off."""
+    """Load and validate a script's result JSON; raise LaunchError on anything off (one over
+    MAX_RESULT_BYTES too, naming its size, before it is read)."""
     try:
+        size = path.stat().st_size
+        if size > MAX_RESULT_BYTES:
+            raise LaunchError(
+                f"result {path} is {size_text(size)}, over the {size_text(MAX_RESULT_BYTES)} "
+                "a result may hold (not read)"
+            )
         text = path.read_text()
     except FileNotFoundError:
         raise LaunchError(f"no result written at {path}") from None
@@ -87,6 +97,14 @@ def read_result(path: Path) -> dict[str, Any]:
     if not isinstance(metrics, dict) or not all(_is_number(v) for v in metrics.values()):
         raise LaunchError(f"result {path}: 'metrics' must map names to numbers")
     return data
+
+
+def size_text(size: int) -> str:
+    """A byte count as people read it: `524.3 MiB`, `812 bytes`."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
 
 
 def _is_number(value: object) -> bool:

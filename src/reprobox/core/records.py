@@ -24,7 +24,8 @@ from reprobox.core.cells import Cell
 from reprobox.core.errors import BadInput
 from reprobox.core.files import atomic_write
 from reprobox.core.judge import Judgement, Launched
-from reprobox.core.protocol import RankExit
+from reprobox.core.protocol import MAX_RESULT_BYTES, RankExit, size_text
+from reprobox.core.scrub import secrets_out
 
 RECORD_FILE = "record.json"
 RECORD_SCHEMA = 1
@@ -82,15 +83,16 @@ class Record(BaseModel):
         )
 
     def apply(self, judged: Judgement, launched: Launched) -> None:
-        """Take in the judge's word on this cell's launch."""
+        """Take in the judge's word on this cell's launch; what the script said (result,
+        reason) is stored without secrets, since records are shown and shared."""
         self.wall_s = launched.wall_s
         self.exits = list(launched.exits)
         self.returncode = launched.launcher_code
-        self.result, self.metrics = judged.result, judged.metrics
+        self.result, self.metrics = secrets_out(judged.result), judged.metrics
         self.decided_by = judged.decided_by
         self.verdict = judged.verdict.value if judged.verdict else None
         self.status = judged.status.value
-        self.reason = judged.reason
+        self.reason = secrets_out(judged.reason)
         self.exit_code = int(judged.exit_code)
 
     def cell(self) -> Cell:
@@ -108,6 +110,14 @@ class Record(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> Record:
+        """A record read back; one over MAX_RECORD_BYTES is refused before it is read (the
+        table and the report stay small whatever lies on disk)."""
+        size = path.stat().st_size
+        if size > MAX_RECORD_BYTES:
+            raise ValueError(
+                f"{path}: {size_text(size)}, over the {size_text(MAX_RECORD_BYTES)} a record may "
+                "hold (not read)"
+            )
         data = json.loads(path.read_text())
         if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
             schema = data.get("schema") if isinstance(data, dict) else None
@@ -118,6 +128,10 @@ class Record(BaseModel):
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             raise ValueError(f"{path}: {where}: {first['msg']}") from None
+
+
+# A record holds one result (at most MAX_RESULT_BYTES) and a few small fields.
+MAX_RECORD_BYTES = MAX_RESULT_BYTES + 6 * 1024 * 1024
 
 
 def utc_now() -> str:

@@ -24,6 +24,7 @@ from filelock import FileLock
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from reprobox.core.errors import BadInput, EnvError
+from reprobox.core.scrub import hide_url_credentials
 from reprobox.core.settings import Settings
 from reprobox.envs.uv import run_uv, uv_bin
 
@@ -71,7 +72,8 @@ def split_source(value: str) -> tuple[str, str]:
     body = value.removeprefix("git+")
     url, at, ref = body.rpartition("@")
     if not at or not url or not ref or "/" not in url or url.endswith(":"):
-        raise BadInput(f"{value!r} is not of the form git+URL@REF (a branch, tag or sha)")
+        shown = hide_url_credentials(value)
+        raise BadInput(f"{shown!r} is not of the form git+URL@REF (a branch, tag or sha)")
     return url, ref
 
 
@@ -108,7 +110,8 @@ def run_git(args: list[str], *, what: str, cwd: Path | None = None) -> str:
         why = next(
             (ln for ln in reversed(lines) if ln.startswith("fatal:")), lines[-1] if lines else ""
         )
-        raise BadInput(f"cannot {what}: {why.removeprefix('fatal:').strip() or 'git failed'}")
+        why = why.removeprefix("fatal:").strip() or "git failed"
+        raise BadInput(hide_url_credentials(f"cannot {what}: {why}"))
     return proc.stdout
 
 
@@ -173,7 +176,7 @@ def resolve(url: str, ref: str, settings: Settings) -> str:
         clone = ensure_clone(url, settings)
         if has_commit(clone, ref):
             return ref
-        raise BadInput(f"no commit {ref} in {url}")
+        raise BadInput(f"no commit {ref} in {hide_url_credentials(url)}")
     return _resolve_moving(url, ref, settings)
 
 
@@ -194,7 +197,7 @@ def _resolve_moving(url: str, ref: str, settings: Settings) -> str:
         if proc.returncode == 0 and proc.stdout.strip():
             _moving[key] = proc.stdout.strip()
             return _moving[key]
-    raise BadInput(f"no branch, tag or commit {ref!r} in {url}")
+    raise BadInput(f"no branch, tag or commit {ref!r} in {hide_url_credentials(url)}")
 
 
 def commit(clone: Path, sha: str) -> Commit:
@@ -404,4 +407,5 @@ def resolve_source(package: str, value: str, settings: Settings) -> Resolved:
     if value.startswith("file://"):
         label, wheel = checkout_wheel(Path(urlparse(value).path), package, settings)
         return Resolved(f"{package} @ {wheel.as_uri()}", label)
-    raise BadInput(f"{package}: {value!r} is neither a version nor a git or file source")
+    shown = hide_url_credentials(value)
+    raise BadInput(f"{package}: {shown!r} is neither a version nor a git or file source")

@@ -43,8 +43,8 @@ from reprobox.run import pushes, watchdog
 from reprobox.run.backend import PLAN_FILE, RESULT_FILE, LaunchRequest, Prepared
 from reprobox.run.dockerfile import install_env_arg
 from reprobox.run.exits import last_error, launcher_exits
-from reprobox.run.launcher import collect_rank_logs
 from reprobox.run.layout import BUILD_WHEELS, CACHE, IN_IMAGE, OUT, case_out, container_argv
+from reprobox.run.logs import collect_rank_logs
 from reprobox.run.pipeline import plan_text, resolve_sources
 
 BUILD_TIMEOUT_S = 3600

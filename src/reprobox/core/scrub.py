@@ -1,0 +1,204 @@
+"""Keep secrets and personal paths out of everything a report writes.
+
+A report is pasted into a public issue, so every string it takes from the machine (commands,
+logs, results, collect_env output) passes through `Scrubber`: values of environment variables
+whose names look secret, tokens recognised by their shape, passwords in URLs and in secret
+looking flags, and home directories (replaced with `~`).
+
+It lives in `core` because records and run logs are scrubbed as they are written, by the
+same rules a report uses (`report.scrub` re-exports it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+REDACTED = "[REDACTED]"
+
+# Names of environment variables (and flags) whose values are treated as secrets: a strong
+# word anywhere (not TOKENIZERS or MAX_NEW_TOKENS), or a weak one as a whole name part.
+_STRONG_NAME = re.compile(r"TOKEN(?!IZ|S)|SECRET|PASSW(?:OR)?D|CREDENTIAL|APIKEY", re.IGNORECASE)
+_WEAK_PARTS = {"KEY", "PASS", "PASSPHRASE", "AUTH", "COOKIE", "PRIVATE"}
+# Values too short or too common to replace wherever they occur in text.
+MIN_SECRET_LEN = 6
+_HARMLESS = {"true", "false", "none", "null", "yes", "no", "unset", "default"}
+
+# Tokens recognised by their shape, wherever they appear.
+_TOKEN_SHAPES = [
+    r"hf_[A-Za-z0-9]{20,}",  # Hugging Face
+    r"gh[pousr]_[A-Za-z0-9]{20,}",  # GitHub classic / OAuth / app tokens
+    r"github_pat_[A-Za-z0-9_]{20,}",  # GitHub fine-grained
+    r"glpat-[A-Za-z0-9_-]{16,}",  # GitLab
+    r"sk-[A-Za-z0-9_-]{16,}",  # OpenAI-style API keys (sk-..., sk-proj-...)
+    r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])",  # AWS access key ids
+    r"xox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
+    r"AIza[0-9A-Za-z_-]{35}\b",  # Google API keys
+    r"pypi-AgE[A-Za-z0-9_-]{16,}",  # PyPI and TestPyPI upload tokens (macaroons)
+    r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",  # JWTs: {"alg"..}.{..}.sig
+    r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+",  # webhooks
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----",
+]
+# No \b before a prefix: `_` is a word character, and `kl_rank0_hf_...` must match too.
+_TOKENS = re.compile("(?<![A-Za-z0-9])(?:" + "|".join(_TOKEN_SHAPES) + ")", re.DOTALL)
+# `Bearer X` anywhere; `Authorization: <scheme> X` (Basic, token, ...) in headers.
+_BEARER = re.compile(
+    r"\b(Bearer\s+|Authorization:\s*(?:[A-Za-z]+\s+)?)[A-Za-z0-9._~+/=-]{8,}", re.I
+)
+_URL_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@'\"]+@")
+# `password X` / `passwd X` as prose and config files give it (not `password is required`).
+_PASSWORD_WORD = re.compile(
+    r"(?i)\b(pass(?:word|wd|phrase)\s+)"
+    r"(?!(?:is|was|for|of|the|to|and|or|not|must|required|prompt|from|in|on|with|file)\b)"
+    r"[^\s'\"]+"
+)
+# mysql's `-pSECRET` (the value glued to -p): anywhere on a mysql-family line, and elsewhere
+# when the glued value looks like a credential (not `-p22`, `-p8080:80`, `mkdir -pv`).
+_MYSQL_P = re.compile(r"(?i)(\b(?:mysql\w*|mariadb\w*)\b[^\n]*?(?<!\S)-p)[^\s'\"]+")
+_GLUED_P = re.compile(r"(?<!\S)(-p)(?=[^\s'\"]{6,})(?=\S*[A-Za-z])(?=\S*[^A-Za-z\s])[^\s'\"]+")
+# Azure connection strings (AccountKey=...;) and SAS signatures (...&sig=...).
+_AZURE = re.compile(
+    r"\b((?:AccountKey|SharedAccessKey|SharedAccessSignature)=|[?&]sig=)[^;&\s'\"]+", re.I
+)
+# Credentials that command lines and files give after a space, not an `=`: netrc
+# (`machine h login u password X`), `curl -u user:pass` (not `-u uid:gid`), `sshpass -p X`.
+_NETRC = re.compile(r"\b((?:login|machine|default)\s+\S+\s+(?:\S+\s+\S+\s+)??password\s+)\S+")
+_USER_PASS = re.compile(
+    r"(?<!\S)((?:-u|--user|--proxy-user|-U)(?:\s+|=)['\"]?[^\s:'\"]+:)(?!\d+\b)[^\s'\"]+"
+)
+_SSHPASS = re.compile(r"\b(sshpass\s+(?:-[A-Za-oq-z]\S*\s+)*-p\s*)\S+")
+# "name": "a value with spaces" (JSON, YAML, Python reprs), which _ASSIGN stops short of.
+_QUOTED = re.compile(
+    r"(?P<q>[\"'])(?P<name>[A-Za-z_][\w.-]*)(?P=q)(?P<sep>\s*:\s*)"
+    r"(?P<vq>[\"'])(?P<value>(?:\\.|(?!(?P=vq)).)+)(?P=vq)"
+)
+# Names whose every value is a secret (a password may be a plain word or several).
+_ALWAYS_SECRET = re.compile(r"PASSW(?:OR)?D|PASSPHRASE|SECRET|CREDENTIAL", re.IGNORECASE)
+# NAME=value, --name=value, "name": "value", name: value; and `--name value` on a command line.
+_ASSIGN = re.compile(
+    r"(?P<name>[A-Za-z_][\w.-]*)(?P<sep>[\"']?\s*[=:]\s*[\"']?)(?P<value>[^\s'\",;&()\[\]{}]+)"
+)
+_FLAG_VALUE = re.compile(r"(?P<name>--?[A-Za-z][\w-]*)(?P<sep>\s+)(?P<value>[^\s'\"-][^\s'\"]*)")
+_CODE_LIKE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")  # a dotted name: attribute access
+_HOME_DIRS = re.compile(r"(?<![\w./-])(?:/home/[^/\s'\"]+|/Users/[^/\s'\"]+|/root)(?=/|\b|$)")
+
+
+def hide_url_credentials(text: str) -> str:
+    """`text` with the `user:password@` of every URL in it replaced: the one rule for a URL
+    that is shown, stored or turned into a folder name (`git+https://u:p@host/x@ref`)."""
+    return _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+
+
+def looks_secret(name: str) -> bool:
+    """Whether an environment variable or flag name suggests a credential (`AccountKey` and
+    `apiKey` too: camelCase words count as parts)."""
+    if _STRONG_NAME.search(name):
+        return True
+    parts = re.split(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])", name)
+    return any(part.upper() in _WEAK_PARTS for part in parts)
+
+
+def _worth_hiding(value: str) -> bool:
+    """A value that looks like a credential: long enough, letters and digits, and not code
+    (`pad_token = tokenizer.eos_token`, `key = hashlib.sha256(...)` stay readable)."""
+    if len(value) < MIN_SECRET_LEN or value.lower() in _HARMLESS or value == REDACTED:
+        return False
+    if _CODE_LIKE.match(value):
+        return False
+    return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+
+
+def _hide_quoted(match: re.Match[str]) -> str:
+    name, value = match["name"], match["value"]
+    if not looks_secret(name) or value.lower() in _HARMLESS or value == REDACTED:
+        return match.group(0)
+    if _ALWAYS_SECRET.search(name) or _worth_hiding(value):
+        quote = match["vq"]
+        return f"{match['q']}{name}{match['q']}{match['sep']}{quote}{REDACTED}{quote}"
+    return match.group(0)
+
+
+def _hide_assignment(match: re.Match[str]) -> str:
+    if looks_secret(match["name"]) and _worth_hiding(match["value"]):
+        return f"{match['name']}{match['sep']}{REDACTED}"
+    return match.group(0)
+
+
+class Scrubber:
+    """Replaces secrets and home paths in text; built once from an environment."""
+
+    def __init__(
+        self,
+        environ: Mapping[str, str] | None = None,
+        home: str | None = None,
+        *,
+        paths: bool = True,
+    ) -> None:
+        environ = os.environ if environ is None else environ
+        values = {
+            value
+            for name, value in environ.items()
+            if looks_secret(name)
+            and len(value) >= MIN_SECRET_LEN
+            and value.lower() not in _HARMLESS
+        }
+        # Longest first, so a secret that contains another is replaced whole.
+        self._secrets = sorted(values, key=len, reverse=True)
+        home = home if home is not None else environ.get("HOME") or str(Path.home())
+        self._home = home.rstrip("/") if home and home.rstrip("/") else ""
+        self._paths = paths  # False: home paths stay (a record's `dir` must still resolve)
+
+    def text(self, text: str) -> str:
+        """`text` with every secret replaced by [REDACTED] and home paths by `~`."""
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        text = _TOKENS.sub(REDACTED, text)
+        text = _BEARER.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+        text = hide_url_credentials(text)
+        for shape in (_AZURE, _NETRC, _USER_PASS, _SSHPASS, _PASSWORD_WORD, _MYSQL_P, _GLUED_P):
+            text = shape.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+        text = _QUOTED.sub(_hide_quoted, text)
+        text = _ASSIGN.sub(_hide_assignment, text)
+        text = _FLAG_VALUE.sub(_hide_assignment, text)
+        if not self._paths:
+            return text
+        if self._home and self._home not in ("/", "/root"):
+            text = re.sub(rf"(?<![\w./-]){re.escape(self._home)}(?=/|\b|$)", "~", text)
+        return _HOME_DIRS.sub("~", text)
+
+    def argv(self, argv: list[str]) -> list[str]:
+        """A command line with secrets removed, including the value after a secret flag
+        (`--hf-token VALUE`), which text scrubbing of single words cannot see."""
+        cleaned: list[str] = []
+        hide_next = False
+        for arg in argv:
+            if hide_next:
+                cleaned.append(REDACTED)
+                hide_next = False
+                continue
+            if arg.startswith("-") and "=" not in arg and looks_secret(arg.lstrip("-")):
+                hide_next = True
+            cleaned.append(self.text(arg))
+        return cleaned
+
+    def data(self, value: Any) -> Any:
+        """A JSON-like structure with every string (keys included) scrubbed."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.data(k): self.data(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            if value and all(isinstance(v, str) for v in value):
+                return self.argv(list(value))  # maybe a command line: `--token VALUE` pairs
+            return [self.data(v) for v in value]
+        return value
+
+
+def secrets_out(value: Any) -> Any:
+    """`value` (text or JSON-like data) without the secrets of this process's environment
+    or any secret-shaped token, paths kept: for what a run stores and prints (a record's
+    reason and result, the terminal's lines), which must resolve on this machine."""
+    return Scrubber(paths=False).data(value)
