@@ -134,6 +134,6 @@ def bench(session: nox.Session) -> None:
     """Benchmarks that print their figures as JSON: -- lm_head | bisect | images | kl |
     noisy_bisect [--trials N] | signed_kl_null."""
     if not session.posargs:
-        session.error("which benchmark? -- lm_head | bisect | images | kl | noisy_bisect")
+        session.error("which benchmark? -- lm_head | bisect | images | kl | noisy_bisect | ...")
     name, *rest = session.posargs
     session.run(sys.executable, f"tests/bench/bench_{name}.py", *rest, external=True)
