@@ -131,8 +131,9 @@ def gpu_check(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
-    """Benchmarks that print their figures as JSON: -- lm_head | bisect | images | kl."""
+    """Benchmarks that print their figures as JSON: -- lm_head | bisect | images | kl |
+    noisy_bisect [--trials N] | signed_kl_null."""
     if not session.posargs:
-        session.error("which benchmark? -- lm_head | bisect | images | kl")
+        session.error("which benchmark? -- lm_head | bisect | images | kl | noisy_bisect | ...")
     name, *rest = session.posargs
     session.run(sys.executable, f"tests/bench/bench_{name}.py", *rest, external=True)

@@ -126,6 +126,24 @@ def test_seed_batches_that_disagree_overrule_the_sequence_count() -> None:
     assert "seed batches' means do not bear it out" in measurement["conclusion"]
 
 
+def test_the_seed_batches_must_pass_students_t_at_one_percent() -> None:
+    """Four batches whose means give t = -5.3: past the old fixed 3.0, short of t's 5.84 at
+    3 df (two-sided 1%), so no longer "systematic" (bench_signed_kl_null measures why)."""
+    assert ppo_step0.t_critical(16) == pytest.approx(2.946712883475479, rel=1e-9)
+    assert ppo_step0.t_critical(8) == pytest.approx(3.4994832973505, rel=1e-9)
+    assert ppo_step0.t_critical(4) == pytest.approx(5.84090929975, rel=1e-6)
+    assert ppo_step0.batch_critical(16) == 3.0  # t's 2.95 would lower the old bar
+    assert ppo_step0.batch_critical(8) == ppo_step0.t_critical(8)
+    assert ppo_step0.t_two_sided(2.0, 5) == pytest.approx(2 * (1 - 0.9490302605850709))
+    shifts = [-0.01, -0.012, -0.006, -0.016]
+    values = [[s + v for v in _noise(300, 0.0, i, sd=0.001)] for i, s in enumerate(shifts)]
+    ranks = [_signed(0, values[0] + values[1], seeds=2), _signed(1, values[2] + values[3], seeds=2)]
+    verdict, metrics, _, measurement = ppo_step0.summarize_signed(ranks)
+    assert metrics["signed_kl_z"] < -100 and -5.84 < metrics["signed_kl_z_seed_batches"] < -3.5
+    assert verdict == "clean" and metrics["signed_kl_systematic"] == 0.0
+    assert "|t| <= 5.84, two-sided <= 0.01 at 3 df" in measurement["conclusion"]
+
+
 def test_an_exactly_zero_kl_has_no_sign() -> None:
     ranks = [_signed(0, [0.0] * 500), _signed(1, [0.0] * 500)]
     verdict, metrics, _, measurement = ppo_step0.summarize_signed(ranks)

@@ -51,6 +51,12 @@ THRESHOLD = 1e-6
 # z guards against sequences of one batch that are not independent (they share its padding
 # and shapes), which would make the sequence-level standard error too small.
 Z_THRESHOLD = 3.0
+# The seed batches' means decide: their t (mean / SE over the batches) must pass Student's t
+# critical value at this two-sided false-alarm rate, df = batches - 1 (and 3.0). 3.0 alone let
+# 2% of null runs of 8 batches (1 rank) and 6% of 4 batches through when batches differ
+# (tests/bench/bench_signed_kl_null.py measures it); the sequence-level z cannot guard
+# against that (the sequences of one batch are not independent).
+BATCH_ALPHA = 0.01
 MIN_PER_RANK = 200
 MIN_BATCHES = 4
 Z_CAP = 1e6  # |z| shown when every sequence has the same nonzero KL (standard error 0)
@@ -479,6 +485,43 @@ def kl_stats(values: list[float]) -> dict:
     }
 
 
+def t_two_sided(t: float, df: int) -> float:
+    """P(|T| > t) for Student's t with integer df, in closed form (Abramowitz & Stegun
+    26.7.3-4): the repro carries its own, it imports nothing of the harness."""
+    import math
+
+    theta = math.atan(abs(t) / math.sqrt(df))
+    s, c = math.sin(theta), math.cos(theta)
+    if df % 2:
+        term, total = c, c if df > 1 else 0.0
+        for k in range(3, df - 1, 2):
+            term *= (k - 1) / k * c * c
+            total += term
+        inside = 2 / math.pi * (theta + s * total)
+    else:
+        term = total = 1.0
+        for k in range(2, df - 1, 2):
+            term *= (k - 1) / k * c * c
+            total += term
+        inside = s * total
+    return max(0.0, 1.0 - inside)
+
+
+def t_critical(batches: int) -> float:
+    """Student's t critical value at two-sided BATCH_ALPHA, df = batches - 1."""
+    lo, hi = 0.0, 1e4
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_two_sided(mid, batches - 1) > BATCH_ALPHA else (lo, mid)
+    return hi
+
+
+def batch_critical(batches: int) -> float:
+    """The |t| the seed batches' means must pass: t's critical value, and never below
+    Z_THRESHOLD (with many batches t's is under 3.0; the bar is not lowered)."""
+    return max(Z_THRESHOLD, t_critical(batches))
+
+
 def summarize_signed(per_rank: list[dict]) -> tuple[str, dict, str, dict]:
     """The signed step-0 KL per rank and pooled, and what these numbers allow one to say.
 
@@ -525,10 +568,11 @@ def summarize_signed(per_rank: list[dict]) -> tuple[str, dict, str, dict]:
             f"({per_rank_z})",
             0,
         )
-    elif abs(z_batches) <= Z_THRESHOLD or (z_batches > 0) != (z > 0):
+    elif abs(z_batches) <= batch_critical(batches["n"]) or (z_batches > 0) != (z > 0):
         conclusion, sign = (
             f"no systematic sign: the pooled z = {z:+.2f} but the seed batches' means do not "
-            f"bear it out ({per_rank_z})",
+            f"bear it out (|t| <= {batch_critical(batches['n']):.2f}, two-sided <= "
+            f"{BATCH_ALPHA:g} at {batches['n'] - 1} df; {per_rank_z})",
             0,
         )
     else:
@@ -536,7 +580,7 @@ def summarize_signed(per_rank: list[dict]) -> tuple[str, dict, str, dict]:
         word = "negative" if sign < 0 else "positive"
         conclusion = (
             f"systematically {word} (pooled z = {z:+.2f}, |z| > {Z_THRESHOLD:g}, every rank "
-            f"{word}; {per_rank_z})"
+            f"{word}, the seed batches' |t| > {batch_critical(batches['n']):.2f}; {per_rank_z})"
         )
     metrics = {
         "signed_kl_negative_z": -z if sign < 0 else 0.0,
