@@ -1,0 +1,83 @@
+"""A maintainer pastes the comment: its files and block in an empty folder, a fresh venv per
+pin set made by the block itself with pip, no reprobox; every variant gives the verdict the
+harness measured.
+
+The block is run as written. Only two things come from outside it: each launcher line is
+followed by an `echo` of its exit status (the test's reading, not a change to the line), and
+pip's own configuration (this machine's find-links, PIP_RETRIES=0) supplies the CPU torch
+wheel, because the PyTorch CPU index the block names cannot be reached from here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import newest_records, reprobox
+
+pytestmark = pytest.mark.e2e
+
+_FILE = re.compile(
+    r"<details><summary><code>([^<]+)</code> \(\d+ lines\)</summary>\n\n(`{3,})\w*\n(.*?)\n\2\n",
+    re.S,
+)
+_BLOCK = re.compile(r"### Reproduction\n.*?\n(`{3,})sh\n(.*?)\n\1\n", re.S)
+_EXPECT = re.compile(r"^(.*\S)\s+# expect: (\w+)$")
+CODES = {"reproduced": 1, "clean": 0, "cannot_test": 125}
+
+
+def _paste(comment: str, into: Path) -> str:
+    """Write the comment's files under `into`; the block, each launcher line followed by
+    an echo of its status."""
+    files = _FILE.findall(comment)
+    assert files, "the comment holds no file"
+    for name, _, text in files:
+        path = into / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    block = _BLOCK.search(comment)
+    assert block, "the comment holds no reproduction block"
+    lines = []
+    for line in block.group(2).splitlines():
+        expect = _EXPECT.match(line)
+        lines.append(line)
+        if expect:
+            variant = re.search(r"--variant (\S+)", expect.group(1))
+            name = variant.group(1) if variant else "?"
+            lines.append(f'echo "VERDICT {name} $?"')
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("repro", ["lm_head", "shuffle_seed"])
+def test_the_pasted_comment_gives_the_harness_verdicts(
+    repro: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    results = tmp_path / "results"
+    monkeypatch.setenv("REPROBOX_RESULTS", str(results))
+    done = reprobox("run", repro)
+    assert done.returncode == 0, done.stdout + done.stderr
+    measured = {r["variant"]: r["verdict"] for r in newest_records(results, repro).values()}
+    made = reprobox("report", repro, "--no-env", "--out", str(tmp_path / "report"))
+    assert made.returncode == 0, made.stdout + made.stderr
+    comment = (tmp_path / "report" / "comment.md").read_text()
+    assert "reprobox" not in _BLOCK.search(comment).group(2)  # type: ignore[union-attr]
+    folder = tmp_path / "maintainer"
+    folder.mkdir()
+    script = _paste(comment, folder)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REPRO", "VIRTUAL_ENV", "PYTHONPATH", "UV_"))
+    }
+    env |= {"PIP_RETRIES": "0", "PIP_TIMEOUT": "5"}
+    ran = subprocess.run(
+        ["bash", "-c", script], cwd=folder, env=env, capture_output=True, text=True, timeout=1500
+    )
+    got = dict(re.findall(r"^VERDICT (\S+) (\d+)$", ran.stdout, re.M))
+    assert {v: int(c) for v, c in got.items()} == {
+        v: CODES[verdict] for v, verdict in measured.items()
+    }, ran.stdout[-3000:] + ran.stderr[-3000:]
