@@ -126,8 +126,14 @@ def test_sweep_prints_the_affected_releases(toy_root: Path) -> None:
     done = reprobox("sweep", "toy", "--range", ">=1.25.2,<=1.26.1")  # [bisect]: numpy, gate
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == (
-        "numpy affected: >=1.26.0,<=1.26.1 (3 of 3 releases tested)"
+        "numpy affected: >=1.26.0,<=1.26.1 (3 of 3 releases tested; still reproduces at "
+        "1.26.1, the range's last release)"
     )
-    assert "events: introduced 1.26.0" in done.stderr
+    assert "events: introduced 1.26.0, still reproduces at 1.26.1, the range's last" in (
+        done.stderr
+    )
     summary = _summary(done.stderr)
     assert summary["kind"] == "sweep" and summary["affected"] == ">=1.26.0,<=1.26.1"
+    assert summary["events"][-1] == {
+        "introduced": None, "fixed": None, "last_affected": "1.26.1", "bound": True, "after": None,
+    }  # fmt: skip
