@@ -126,8 +126,38 @@ def test_sweep_prints_the_affected_releases(toy_root: Path) -> None:
     done = reprobox("sweep", "toy", "--range", ">=1.25.2,<=1.26.1")  # [bisect]: numpy, gate
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == (
-        "numpy affected: >=1.26.0,<=1.26.1 (3 of 3 releases tested)"
+        "numpy affected: >=1.26.0,<=1.26.1 (3 of 3 releases tested; still reproduces at "
+        "1.26.1, the range's last release)"
     )
-    assert "events: introduced 1.26.0" in done.stderr
+    assert "events: introduced 1.26.0, still reproduces at 1.26.1, the range's last" in (
+        done.stderr
+    )
     summary = _summary(done.stderr)
     assert summary["kind"] == "sweep" and summary["affected"] == ">=1.26.0,<=1.26.1"
+    assert summary["events"][-1] == {
+        "introduced": None, "fixed": None, "last_affected": "1.26.1", "bound": True, "after": None,
+    }  # fmt: skip
+
+
+def test_a_log_outside_results_is_checked_against_the_store(toy_root: Path) -> None:
+    """An earlier sweep in the store (it saw numpy 1.25.2 reproduce) contradicts the answer
+    of a bisect whose log is outside results/; that bisect's summary and runs are its own."""
+    from reprobox.bisect.summary import BisectSummary, ProbeEntry
+    from reprobox.core.records import RecordStore
+
+    earlier = RecordStore(toy_root / "results").bisect_dir("toy") / "sweep-earlier"
+    earlier.mkdir(parents=True)
+    seen = BisectSummary(
+        kind="sweep", repro="toy", variant="gate", package="numpy", status="mapped",
+        probes=[ProbeEntry(key="1.25.2#1", item="1.25.2", verdict="reproduced")],
+    )  # fmt: skip
+    (earlier / "summary.json").write_text(seen.model_dump_json())
+    log = toy_root.parent / "elsewhere" / "mine.jsonl"
+    done = reprobox("bisect", "toy", "--log", str(log))
+    # main: exit 0, "first reproducing release: numpy 1.26.0" (it read elsewhere/'s parent)
+    assert done.returncode == ExitCode.FAILED, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("non-monotone: numpy 1.25.2 reproduces (bisect sweep-earlier)"), last
+    assert (log.parent / "mine.summary.json").is_file()
+    assert (log.parent / "mine.runs").is_dir() and not (log.parent / "runs").exists()
+    assert _summary(done.stderr)["status"] == "non-monotone"

@@ -225,7 +225,8 @@ def test_an_override_at_a_git_ref_is_one_commit_in_every_probe_and_changes_the_a
     )  # fmt: skip
     assert code == 0, err
     assert out.strip().splitlines()[-1] == (
-        f"{GATE} affected: ==1.2.0 (2 of 2 releases tested; with {PACKAGE} at commit {culprit})"
+        f"{GATE} affected: ==1.2.0 (2 of 2 releases tested; with {PACKAGE} at commit {culprit}; "
+        "4 verdict(s) on disk agree; still reproduces at 1.2.0, the range's last release)"
     )
 
 

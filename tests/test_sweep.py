@@ -13,7 +13,7 @@ from bisect_fakes import C, R, hist_target, transformers_history, transformers_i
 from reprobox.bisect.prober import BisectError
 from reprobox.bisect.releases import release_bisect
 from reprobox.bisect.summary import SUMMARY_FILE, read_summary
-from reprobox.bisect.sweep import affected_ranges, sweep
+from reprobox.bisect.sweep import affected_ranges, events_line, sweep
 from reprobox.core.cells import make_cell
 from reprobox.core.records import Record, RecordStore
 
@@ -125,7 +125,13 @@ def test_a_sweep_maps_every_release_as_advisory_ranges(tmp_path: Path) -> None:
     assert len(history.calls) == 15 and "4.47.0rc1" not in history.items_run()
     assert summary.yanked == ["4.46.0"]
     assert summary.result.startswith(
-        "transformers affected: >=4.44.2,<4.46.0; ==4.47.0; ==4.48.0 (15 of 15 releases tested"
+        "transformers affected: >=4.44.2,<4.46.0; ==4.47.0; ==4.48.0 (15 of 15 releases tested; "
+        "introduced at or before 4.44.2 (the range's first release); the verdict changes 6 times"
+    )
+    # the range's first release reproduces: a bound, never "introduced 4.44.2" as a fact
+    assert summary.events[0].bound and not any(e.bound for e in summary.events[1:])
+    assert events_line(summary.events, summary.versions).startswith(
+        "introduced at or before 4.44.2 (the range's first release), fixed 4.46.0, "
     )
     # the summary lies beside the probe log, and reads back the same
     path = Path(summary.summary_path)
@@ -147,9 +153,20 @@ def test_affected_ranges_with_untested_releases_and_an_open_end() -> None:
     )
     assert ranges == [">=1.1,<1.4", ">=1.5,<=1.6"]
     assert untested == ["1.2"]
-    assert [(e.introduced, e.fixed) for e in events] == [
-        ("1.1", None), (None, "1.4"), ("1.5", None),
+    assert [(e.introduced, e.fixed, e.last_affected, e.bound) for e in events] == [
+        ("1.1", None, None, False), (None, "1.4", None, False), ("1.5", None, None, False),
+        (None, None, "1.6", True),
     ]  # fmt: skip
+    names = ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6"]
+    assert events_line(events, names) == (
+        "introduced 1.1, fixed 1.4, introduced 1.5, still reproduces at 1.6, the range's last "
+        "release"
+    )
+    # an event next to an untested release is a bound: it happened after 1.0, at or before 1.2
+    _, gap, _ = affected_ranges([("1.0", C), ("1.1", None), ("1.2", R), ("1.3", C)])
+    assert events_line(gap, ["1.0", "1.1", "1.2", "1.3"]) == (
+        "introduced after 1.0, at or before 1.2 (untested between), fixed 1.3"
+    )
     assert affected_ranges([("1.0", C), ("1.1", C)]) == ([], [], [])
     assert affected_ranges([("1.0", R)])[0] == ["==1.0"]
 
@@ -186,9 +203,12 @@ def test_the_cli_exits_1_on_a_non_monotone_history(
         captured.out.strip()
         .splitlines()[-1]
         .startswith(
-            "transformers affected: ==4.47.0; ==4.48.0 (7 of 7 releases tested; the verdict changes"
+            "transformers affected: ==4.47.0; ==4.48.0 (7 of 7 releases tested; 8 verdict(s) on "
+            "disk agree; introduced at or "
+            "before 4.47.0 (the range's first release); the verdict changes 4 times"
         )
     )
-    assert "events: introduced 4.47.0, fixed 4.47.1, introduced 4.48.0, fixed 4.48.1" in (
-        captured.err
+    assert (
+        "events: introduced at or before 4.47.0 (the range's first release), fixed 4.47.1, "
+        "introduced 4.48.0, fixed 4.48.1" in (captured.err)
     )

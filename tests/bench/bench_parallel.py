@@ -37,6 +37,7 @@ from packaging.version import Version
 from reprobox.bisect import releases
 from reprobox.bisect.prober import Outcome, Probes, Target
 from reprobox.bisect.search import multisect, rounds_bound
+from reprobox.bisect.summary import summary_file
 from reprobox.core import spec
 from reprobox.core.protocol import Verdict
 from reprobox.core.settings import Settings
@@ -127,7 +128,7 @@ def real_bisect(root: Path, *extra: str) -> dict:
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"bisect {' '.join(extra)} failed: {done.stderr[-2000:]}")
-    summary = json.loads(log.with_name("summary.json").read_text())
+    summary = json.loads(summary_file(log).read_text())  # each log has its own
     figures = {"args": " ".join(extra) or "--workers 1", "answer": summary["first"],
                "status": summary["status"], "launched": summary["launched"],
                "wall_s": round(wall, 1),

@@ -1,8 +1,10 @@
 """Is the answer true beyond the probes that found it? A bisect assumes one change between its
 ends; these checks look for evidence against that before the answer is printed.
 
-`verify_sides` probes K more items spread over each side of the boundary (the summary's
-`contradicted_by` holds verdicts already on disk against a release answer).
+`verify_sides` probes K more items spread over each side of the boundary; `verdicts_on_disk`
+is the one reader of verdicts already on disk (this log, the record store's matrix records,
+earlier bisects and sweeps of the same repro, variant, platform and overrides), wherever
+`--log` points; the summary's `contradicted_by` holds them against the answer.
 One contradiction turns "found" into "non-monotone": the history changes more than once, and
 only a sweep over every release can say where.
 """
@@ -10,12 +12,21 @@ only a sweep over every release can say where.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import TypeVar
 
-from reprobox.bisect.prober import BisectError, Prober
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from reprobox.bisect.log import ProbeLog
+from reprobox.bisect.prober import BisectError, Prober, Target
 from reprobox.bisect.search import BisectResult
-from reprobox.bisect.summary import Contradiction
+from reprobox.bisect.summary import BisectSummary, Contradiction, read_summaries, summary_file
+from reprobox.core.errors import ReproboxError
 from reprobox.core.protocol import Verdict
+from reprobox.core.records import RecordStore
+
+Known = tuple[str, Verdict, str]  # (item, verdict, where it was measured)
 
 T = TypeVar("T")
 
@@ -84,6 +95,104 @@ def unique(found: Iterable[Contradiction]) -> list[Contradiction]:
     return kept
 
 
+def verdicts_on_disk(
+    target: Target,
+    summary: BisectSummary,
+    log: ProbeLog,
+    ours: set[str],
+) -> tuple[list[Known], str]:
+    """Every verdict on disk about an item of this bisect or sweep (`summary` says which
+    kind, package or floated packages): this log beyond this session's probes `ours`, the
+    newest matrix records (releases and sweeps), and earlier bisects and sweeps in the
+    record store, each of the same repro, variant, platform and other overrides (with their
+    commits). Read from the store whatever folder the log is in; the log's own summary is
+    not an earlier one. The second value says what could not be read ("" when all could)."""
+    repro, variant, platform = target.repro, target.variant, target.options.platform
+    known: list[Known] = [
+        (e.item, v, "this log")
+        for e in log.entries.values()
+        if (v := e.outcome) is not None and e.key not in ours
+    ]
+    problems: list[str] = []
+    store = RecordStore(target.results)
+    if summary.kind in ("release", "sweep") and summary.package:
+        try:
+            known += _records(target, summary.package, store)
+        except (ReproboxError, OSError) as exc:
+            problems.append(f"records on disk not checked ({exc})")
+    earlier_list, unreadable = read_summaries(store.bisect_dir(repro.name))
+    if unreadable:
+        problems.append(f"{len(unreadable)} earlier summary file(s) unreadable")
+    own = summary_file(log.path).resolve()
+    for earlier in earlier_list:
+        if Path(earlier.summary_path).resolve() == own or not _same_question(summary, earlier):
+            continue
+        if (earlier.repro, earlier.variant, earlier.platform) != (repro.name, variant, platform):
+            continue
+        if not target.same_overrides(earlier.overrides, earlier.override_commits):
+            continue
+        for probe in earlier.probes:
+            if (verdict := probe.outcome) is not None:
+                known.append((probe.item, verdict, f"bisect {earlier.id}"))
+    return known, "; ".join(problems)
+
+
+def _same_question(mine: BisectSummary, earlier: BisectSummary) -> bool:
+    """Whether an earlier summary's items are this one's: releases of the same package
+    (bisect or sweep), commits of the same package and repository, days floating the same
+    packages."""
+    if mine.kind in ("release", "sweep"):
+        return earlier.kind in ("release", "sweep") and earlier.package == mine.package
+    if mine.kind == "commit":
+        return earlier.kind == "commit" and (earlier.package, earlier.repo) == (
+            mine.package,
+            mine.repo,
+        )
+    return earlier.kind == "date" and sorted(earlier.floated) == sorted(mine.floated)
+
+
+def _records(target: Target, package: str, store: RecordStore) -> list[Known]:
+    """The newest matrix record of each cell that ran one release of `package` (or the
+    repro's exact pin of it) with exactly the target's other overrides."""
+    repro, variant, platform = target.repro, target.variant, target.options.platform
+    default_pin = _exact_pin(repro.requirements(variant, platform), package)
+    known: list[Known] = []
+    for record in store.latest(repro.name):
+        if record.variant != variant or record.platform != platform or record.params:
+            continue
+        if record.verdict not in (Verdict.CLEAN.value, Verdict.REPRODUCED.value):
+            continue
+        packages = {str(canonicalize_name(k)): v for k, v in record.packages.items()}
+        version = packages.pop(package, None if packages or target.overrides else default_pin)
+        if version is not None and target.same_overrides(packages, record.commits):
+            known.append((version, Verdict(record.verdict), f"record {record.dir}"))
+    return known
+
+
+def _exact_pin(requirements: Iterable[str], package: str) -> str | None:
+    """The version `package` is pinned to with ==, if it is."""
+    for text in requirements:
+        requirement = Requirement(text)
+        if canonicalize_name(requirement.name) != package:
+            continue
+        pins = [s.version for s in requirement.specifier if s.operator == "=="]
+        return pins[0] if len(pins) == 1 and len(requirement.specifier) == 1 else None
+    return None
+
+
+def seen_inside(
+    known: Iterable[Known], items: Sequence[str], verdict: Verdict, key: Callable[[str], object]
+) -> list[Known]:
+    """The verdicts on disk strictly inside `items`' ends that are `verdict`, in order."""
+    positions = {key(item): i for i, item in enumerate(items)}
+    found = [
+        (positions[key(item)], (item, v, source))
+        for item, v, source in known
+        if v is verdict and 0 < positions.get(key(item), 0) < len(items) - 1
+    ]
+    return [entry for _, entry in sorted(found, key=lambda pair: pair[0])]
+
+
 def check_ends(
     prober: Prober[str],
     good: str,
@@ -93,11 +202,15 @@ def check_ends(
     noun: str = "release",
     sweep: str = "",
     workers: int = 1,
+    items: Sequence[str] = (),
+    on_disk: Sequence[Known] = (),
+    key: Callable[[str], object] = str,
 ) -> None:
     """Fail fast, before any search, when the ends are not what the user says they are.
     Ends with the same verdict are no answer either way: the change may have come and gone
-    inside the range, which a bisect cannot see (`sweep`, when given, is the command that
-    probes every item). With `workers` > 1 both ends run at once."""
+    inside the range, which a bisect cannot see; verdicts `on_disk` inside the range
+    (`items`, compared by `key`) that differ are named (`sweep`, when given, is the command
+    that probes every item). With `workers` > 1 both ends run at once."""
     if workers > 1:
         prober.probe_all([(good, 1), (bad, 1)], workers)  # the loop below reads them back
     got: dict[str, Verdict] = {}
@@ -125,6 +238,18 @@ def check_ends(
         else ("--bad", bad, Verdict.REPRODUCED)
     )
     hint = f"; `{sweep}` probes every {noun}" if sweep else ""
+    other = Verdict.REPRODUCED if got["--good"] is Verdict.CLEAN else Verdict.CLEAN
+    inside = seen_inside(on_disk, items, other, key)
+    if inside:
+        shown_items = ", ".join(dict.fromkeys(shown(item) for item, _, _ in inside))
+        sources = ", ".join(dict.fromkeys(source for _, _, source in inside))
+        said = "reproducing" if other is Verdict.REPRODUCED else "clean"
+        raise BisectError(
+            f"{wrong} {shown(item)} is {got[wrong].value}, not {want.value}: both ends are "
+            f"{got['--good'].value}; verdicts on disk show it {said} at {shown_items} "
+            f"({sources}): the change came and went inside the range (a bisect cannot "
+            f"answer that){hint}"
+        )
     raise BisectError(
         f"{wrong} {shown(item)} is {got[wrong].value}, not {want.value}: both ends are "
         f"{got['--good'].value}, so either no {noun} between them changes the verdict, or the "

@@ -41,6 +41,7 @@ from reprobox.bisect.summary import (
     assumption,
     from_search,
     read_summaries,
+    runs_dir,
     verdict_word,
     write_summary,
 )
@@ -108,7 +109,7 @@ def commit_bisect(
     path = log_path or default_log(target, header)
     with ProbeLog(path, header) as log:
         if probes is None:
-            probes = commit_probes(target, package, url, path.parent / "runs")
+            probes = commit_probes(target, package, url, runs_dir(path))
         prober = Prober(probes, log, str, on_probe=on_probe)
         started = time.monotonic()
         found: list[Contradiction] = []
@@ -139,7 +140,9 @@ def commit_bisect(
         finally:
             prober.close()
         ours = {p.key for p in prober.runs}
-        on_disk = known_verdicts(target, name, log, path.parent, ours)
+        on_disk, _ = checks.verdicts_on_disk(
+            target, BisectSummary.model_validate(header), log, ours
+        )
         # verdicts on disk are checked against the first-parent answer (where they sit)
         base = from_search(header, result, found, verified, agreeing=0, descended=descended)
         against, agreeing = base.contradicted_by(on_disk)
@@ -312,28 +315,3 @@ def repo_from_metadata(package: str, settings: Settings) -> str:
         f"--repo is needed: no installed {package} in the cache names its repository "
         "(Project-URL Source or Repository)"
     )
-
-
-def known_verdicts(
-    target: Target, package: str, log: ProbeLog, own_dir: Path, ours: set[str]
-) -> list[tuple[str, Verdict, str]]:
-    """Every verdict on disk about a commit of `package` for this variant and platform: this
-    log beyond this session's probes, and earlier commit bisects."""
-    variant, platform = target.variant, target.options.platform
-    known: list[tuple[str, Verdict, str]] = [
-        (e.item, v, "this log")
-        for e in log.entries.values()
-        if (v := e.outcome) is not None and e.key not in ours
-    ]
-    summaries, _ = read_summaries(own_dir.parent)
-    for earlier in summaries:
-        if earlier.id == own_dir.name or earlier.kind != "commit":
-            continue
-        if (earlier.package, earlier.variant, earlier.platform) != (package, variant, platform):
-            continue
-        if not target.same_overrides(earlier.overrides, earlier.override_commits):
-            continue
-        for probe in earlier.probes:
-            if (verdict := probe.outcome) is not None:
-                known.append((probe.item, verdict, f"bisect {earlier.id}"))
-    return known

@@ -39,6 +39,7 @@ from reprobox.bisect.summary import (
     answer,
     assumption,
     from_search,
+    runs_dir,
     write_summary,
 )
 from reprobox.core import cells as matrix
@@ -192,7 +193,7 @@ def date_bisect(
             def cell_of(item: DateItem) -> matrix.Cell:
                 return matrix.make_cell(repro, target.variant, target.packages(), None, platform)
 
-            probes = pipeline_probes(target, lock_of, cell_of, path.parent / "runs")
+            probes = pipeline_probes(target, lock_of, cell_of, runs_dir(path))
         else:
             probes = probes_for(request_of)
         if probes.versions is None:
@@ -203,6 +204,12 @@ def date_bisect(
         found: list[Contradiction] = []
         verified: list[str] = []
         culprit: list[str] = []
+        agreeing = 0
+        fields = {
+            "kind": "date", "repro": header["repro"], "variant": header["variant"],
+            "platform": header["platform"], "start": header["start"], "end": header["end"],
+            "floated": header["float"], "versions": [str(d) for d in days], **target.header(),
+        }  # fmt: skip
         try:
             with answering(_same_ends_advice):
                 result: BisectResult[DateItem] = bisect(
@@ -211,6 +218,11 @@ def date_bisect(
             if result.status != "flaky":
                 k = checks.default_verify(len(days)) if verify is None else verify
                 found, verified = checks.verify_sides(prober, list(days), result, k)
+            ours = {p.key for p in prober.runs}
+            question = from_search(fields, result, [], verified, shown=describe)
+            on_disk, _ = checks.verdicts_on_disk(target, question, log, ours)
+            against, agreeing = question.contradicted_by(on_disk)
+            found = checks.unique([*found, *against])
             before = versions_of(result.last_start)
             after = versions_of(result.first_end)
             changes = sorted(n for n in {*before, *after} if before.get(n) != after.get(n))
@@ -225,19 +237,18 @@ def date_bisect(
                 culprit = ddmin(changes, flips)
         finally:
             prober.close()
-        fields = {
-            "kind": "date", "repro": header["repro"], "variant": header["variant"],
-            "platform": header["platform"], "start": header["start"], "end": header["end"],
-            "floated": header["float"], **target.header(),
-        }  # fmt: skip
-        summary = from_search(fields, result, found, verified, shown=describe)
+        summary = from_search(fields, result, found, verified, shown=describe, agreeing=agreeing)
         first_day = result.first_end if isinstance(result.first_end, date) else start
         new = released_on(index, sorted(floated), first_day) if index is not None else []
         summary.released_on_day = new
         summary.changes = [_change(n, before, after) for n in changes]
         summary.culprit = [_change(n, before, after) for n in culprit]
         probed = len({p.item for p in prober.runs if not p.item.startswith("changes:")})
-        extra = (f", {len(verified)} of them to verify" if verified else "") + target.note()
+        extra = (
+            (f", {len(verified)} of them to verify" if verified else "")
+            + (f"; {agreeing} verdict(s) on disk agree" if agreeing else "")
+            + target.note()
+        )
         ends = (str(start), str(end))
         summary.assumption = assumption("day", ends, probed, len(days), extra)
         detail = ""

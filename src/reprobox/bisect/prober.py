@@ -461,4 +461,4 @@ def default_log(target: Target, header: dict[str, Any]) -> Path:
     """Same arguments, same log: re-running a bisect resumes it."""
     digest = hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()[:10]
     name = f"{header['kind']}-{header.get('package', 'stack')}-{digest}"
-    return target.results / target.repro.name / "_bisect" / name / LOG_FILE
+    return RecordStore(target.results).bisect_dir(target.repro.name) / name / LOG_FILE

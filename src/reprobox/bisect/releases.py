@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
@@ -37,12 +36,10 @@ from reprobox.bisect.summary import (
     answer,
     assumption,
     from_search,
-    read_summaries,
+    runs_dir,
     write_summary,
 )
-from reprobox.core.errors import BadInput, ReproboxError
-from reprobox.core.protocol import Verdict
-from reprobox.core.records import RecordStore
+from reprobox.core.errors import BadInput
 from reprobox.envs.index import PackageIndex, Release, select
 
 
@@ -108,9 +105,10 @@ def release_bisect(
     }  # fmt: skip
     path = log_path or default_log(target, header)
     sweep = sweep_command(repro.name, name, versions[0], versions[-1], target.variant)
+    question = BisectSummary.model_validate(header)
     with ProbeLog(path, header) as log:
         if probes is None:
-            probes = release_probes(target, package, path.parent / "runs")
+            probes = release_probes(target, package, runs_dir(path))
         marked = set(yanked)
         prober = Prober(
             probes,
@@ -124,9 +122,11 @@ def release_bisect(
         verified: list[str] = []
         try:
             # as the index spells them ("1.25" is 1.25.0), so each end is probed once
+            before, _ = checks.verdicts_on_disk(target, question, log, set())
             checks.check_ends(
-                prober, str(Version(good)), str(Version(bad)), sweep=sweep, workers=workers
-            )
+                prober, str(Version(good)), str(Version(bad)), sweep=sweep, workers=workers,
+                items=versions, on_disk=before, key=Version,
+            )  # fmt: skip
             with answering():
                 if workers > 1:
                     runner = ThreadRunner(prober, workers, on_interrupt=prober.stop)
@@ -146,7 +146,7 @@ def release_bisect(
         finally:
             prober.close()
         ours = {p.key for p in prober.runs}
-        on_disk, unread = known_verdicts(target, name, log, path.parent, ours)
+        on_disk, unread = checks.verdicts_on_disk(target, question, log, ours)
         summary = from_search(header, result, [], verified, agreeing=0, yanked=yanked)
         against, agreeing = summary.contradicted_by(on_disk)
         found = checks.unique([*found, *against])
@@ -167,59 +167,3 @@ def release_bisect(
         )  # fmt: skip
         summary = summary.counts(prober.runs, len(versions), time.monotonic() - started)
         return write_summary(path, summary)
-
-
-def known_verdicts(
-    target: Target, package: str, log: ProbeLog, own_dir: Path, ours: set[str]
-) -> tuple[list[tuple[str, Verdict, str]], str]:
-    """Every verdict on disk about one release of `package` for this variant and platform:
-    this log (beyond the probes `ours` of this session), the newest matrix records, earlier
-    bisects and sweeps, each with exactly the target's other overrides (and their commits).
-    The second value says what could not be read ("" when all could)."""
-    repro, variant, platform = target.repro, target.variant, target.options.platform
-    known: list[tuple[str, Verdict, str]] = [
-        (e.item, v, "this log")
-        for e in log.entries.values()
-        if (v := e.outcome) is not None and e.key not in ours
-    ]
-    problems: list[str] = []
-    default_pin = _exact_pin(repro.requirements(variant, platform), package)
-    try:
-        records = RecordStore(target.results).latest(repro.name)
-    except (ReproboxError, OSError) as exc:
-        records = []
-        problems.append(f"records on disk not checked ({exc})")
-    for record in records:
-        if record.variant != variant or record.platform != platform or record.params:
-            continue
-        if record.verdict not in (Verdict.CLEAN.value, Verdict.REPRODUCED.value):
-            continue
-        packages = {str(canonicalize_name(k)): v for k, v in record.packages.items()}
-        version = packages.pop(package, None if packages or target.overrides else default_pin)
-        if version is not None and target.same_overrides(packages, record.commits):
-            known.append((version, Verdict(record.verdict), f"record {record.dir}"))
-    summaries, unreadable = read_summaries(own_dir.parent)
-    if unreadable:
-        problems.append(f"{len(unreadable)} earlier summary file(s) unreadable")
-    for earlier in summaries:
-        if earlier.id == own_dir.name or earlier.kind not in ("release", "sweep"):
-            continue
-        if (earlier.package, earlier.variant, earlier.platform) != (package, variant, platform):
-            continue
-        if not target.same_overrides(earlier.overrides, earlier.override_commits):
-            continue
-        for probe in earlier.probes:
-            if (verdict := probe.outcome) is not None:
-                known.append((probe.item, verdict, f"bisect {earlier.id}"))
-    return known, "; ".join(problems)
-
-
-def _exact_pin(requirements: Iterable[str], package: str) -> str | None:
-    """The version `package` is pinned to with ==, if it is."""
-    for text in requirements:
-        requirement = Requirement(text)
-        if canonicalize_name(requirement.name) != package:
-            continue
-        pins = [s.version for s in requirement.specifier if s.operator == "=="]
-        return pins[0] if len(pins) == 1 and len(requirement.specifier) == 1 else None
-    return None

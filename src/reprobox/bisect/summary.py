@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -82,10 +82,18 @@ class Contradiction(BaseModel):
 
 
 class Event(BaseModel):
-    """An advisory-style event over releases (OSV's introduced / fixed)."""
+    """An advisory-style event over releases (OSV's introduced / fixed / last_affected).
+
+    An event is a fact only between two adjacent probed releases. `bound` marks one that is
+    not: the change is at or before the release named (the range's first release, or after
+    untested ones; `after` is the last probed release before it, None at the range's start),
+    and `last_affected` is the range's last release still reproducing (no fix seen)."""
 
     introduced: str | None = None
     fixed: str | None = None
+    last_affected: str | None = None
+    bound: bool = False
+    after: str | None = None
 
 
 class CommitAnswer(BaseModel):
@@ -169,12 +177,12 @@ class BisectSummary(BaseModel):
     def contradicted_by(
         self, known: Iterable[tuple[str, Verdict, str]]
     ) -> tuple[list[Contradiction], int]:
-        """(release, verdict, source) measured elsewhere against this release answer: those
+        """(item, verdict, source) measured elsewhere against this answer: those
         that contradict it, and how many agree. Releases outside `versions`, or between the
         two sides (skipped candidates), say nothing."""
-        if self.kind not in ("release", "commit") or self.first is None or self.last_start is None:
+        if self.kind == "sweep" or self.first is None or self.last_start is None:
             return [], 0
-        key = _version if self.kind == "release" else _same  # shas are compared as they are
+        key = _version if self.kind == "release" else _same  # shas and days as they are
         positions = {key(v): i for i, v in enumerate(self.versions)}
         lo, hi = positions.get(key(self.last_start)), positions.get(key(self.first))
         if lo is None or hi is None:
@@ -213,6 +221,31 @@ class BisectSummary(BaseModel):
                 "probe_wall_s": round(sum(p.wall_s for p in fresh), 3),
             }
         )
+
+
+def events_line(events: Sequence[Event], versions: Sequence[str] = ()) -> str:
+    """`introduced 4.44.2, fixed 4.46.0, ...` (OSV's event order); a bound says so:
+    `introduced at or before 2.18.0 (the range's first release)`, `fixed after 1.1, at or
+    before 1.3 (untested between)`, `still reproduces at 3.0.0, the range's last release`."""
+    first = versions[0] if versions else None
+    last = versions[-1] if versions else None
+    parts: list[str] = []
+    for e in events:
+        if e.last_affected is not None:
+            edge = "the range's last release" if e.last_affected == last else "the last tested"
+            parts.append(f"still reproduces at {e.last_affected}, {edge}")
+            continue
+        word, name = (
+            ("introduced", e.introduced) if e.introduced is not None else ("fixed", e.fixed)
+        )
+        if not e.bound:
+            parts.append(f"{word} {name}")
+        elif e.after is None:
+            edge = "the range's first release" if name == first else "untested before it"
+            parts.append(f"{word} at or before {name} ({edge})")
+        else:
+            parts.append(f"{word} after {e.after}, at or before {name} (untested between)")
+    return ", ".join(parts)
 
 
 def verdict_word(verdict: Verdict | str | None) -> str:
@@ -307,10 +340,25 @@ def from_search(
     )
 
 
+def summary_file(log_path: Path) -> Path:
+    """Where a log's summary goes: `summary.json` beside a default log (one folder per
+    bisect), `X.summary.json` beside any other `X.jsonl`, so two logs never share one."""
+    if log_path.name == LOG_FILE:
+        return log_path.with_name(SUMMARY_FILE)
+    return log_path.with_name(f"{log_path.stem}.{SUMMARY_FILE}")
+
+
+def runs_dir(log_path: Path) -> Path:
+    """Where a log's probes run: `runs/` beside a default log, `X.runs/` beside `X.jsonl`."""
+    if log_path.name == LOG_FILE:
+        return log_path.with_name("runs")
+    return log_path.with_name(f"{log_path.stem}.runs")
+
+
 def write_summary(log_path: Path, summary: BisectSummary) -> BisectSummary:
-    """`summary.json` beside the log, written whole (tmp then rename)."""
-    path = log_path.with_name(SUMMARY_FILE)
-    tmp = path.with_name(SUMMARY_FILE + ".tmp")
+    """The log's summary (`summary_file`), written whole (tmp then rename)."""
+    path = summary_file(log_path)
+    tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(summary.model_dump_json(indent=2) + "\n")
     tmp.replace(path)
     return summary.model_copy(update={"summary_path": str(path)})

@@ -13,7 +13,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
+from reprobox.bisect import checks
 from reprobox.bisect.log import ProbeLog
 from reprobox.bisect.prober import (
     Prober,
@@ -24,7 +26,15 @@ from reprobox.bisect.prober import (
     pin_overrides,
     release_probes,
 )
-from reprobox.bisect.summary import BisectSummary, Event, ProbeEntry, write_summary
+from reprobox.bisect.summary import (
+    BisectSummary,
+    Contradiction,
+    Event,
+    ProbeEntry,
+    events_line,
+    runs_dir,
+    write_summary,
+)
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.envs.index import PackageIndex, select
@@ -38,25 +48,35 @@ def affected_ranges(
 
     A stretch of reproducing releases ends at the next clean one: `>=first,<fixed`, or
     `==first` when it holds one release; a stretch running to the end of the range ends
-    `<=last`. An untested release inside a stretch is inside its range (and listed apart)."""
+    `<=last`. An untested release inside a stretch is inside its range (and listed apart).
+    An event is a fact only between two adjacent probed releases; at the range's first
+    release, or after untested ones, it is a bound (`Event.bound`), and a stretch still open
+    at the end is `last_affected`, a bound too: the range cannot see past its edges."""
     names = [name for name, _ in verdicts]
     ranges: list[str] = []
     events: list[Event] = []
     untested = [name for name, verdict in verdicts if verdict is None]
     opened: int | None = None  # index of the first release of the current stretch
+    probed: int | None = None  # index of the last release with a verdict
     for index, (name, verdict) in enumerate(verdicts):
+        if verdict is None:
+            continue
+        after = names[probed] if probed is not None else None
+        bound = probed != index - 1
         if verdict is Verdict.REPRODUCED and opened is None:
             opened = index
-            events.append(Event(introduced=name))
+            events.append(Event(introduced=name, bound=bound, after=after))
         elif verdict is Verdict.CLEAN and opened is not None:
             inside = names[opened:index]
             ranges.append(f"=={inside[0]}" if len(inside) == 1 else f">={inside[0]},<{name}")
-            events.append(Event(fixed=name))
+            events.append(Event(fixed=name, bound=bound, after=after))
             opened = None
+        probed = index
     if opened is not None:
         last = max(i for i, (_, v) in enumerate(verdicts) if v is Verdict.REPRODUCED)
         inside = names[opened : last + 1]
         ranges.append(f"=={inside[0]}" if len(inside) == 1 else f">={inside[0]},<={inside[-1]}")
+        events.append(Event(last_affected=names[last], bound=True))
     return ranges, events, untested
 
 
@@ -95,7 +115,7 @@ def sweep(
     path = log_path or default_log(target, header)
     with ProbeLog(path, header) as log:
         if probes is None:
-            probes = release_probes(target, package, path.parent / "runs")
+            probes = release_probes(target, package, runs_dir(path))
         marked = set(yanked)
         prober = Prober(
             probes, log, str, tags=lambda v: ["yanked"] if v in marked else [], on_probe=on_probe
@@ -112,6 +132,11 @@ def sweep(
         finally:
             prober.close()
         ranges, events, untested = affected_ranges(verdicts)
+        question = BisectSummary.model_validate(header)
+        on_disk, unread = checks.verdicts_on_disk(
+            target, question, log, {p.key for p in prober.runs}
+        )
+        disagree, agreeing = disagreements(verdicts, on_disk)
         summary = BisectSummary(
             kind="sweep",
             repro=repro.name,
@@ -127,34 +152,63 @@ def sweep(
             untested=untested,
             overrides=dict(target.overrides),
             override_commits=dict(target.commits),
+            contradictions=disagree,
+            agreeing=agreeing,
         )
-        summary.result = sweep_sentence(summary, len(ranges))
+        summary.result = sweep_sentence(summary, len(ranges), unread)
         summary = summary.counts(prober.runs, len(versions), time.monotonic() - started)
         return write_summary(path, summary)
 
 
-def sweep_sentence(summary: BisectSummary, stretches: int) -> str:
-    """The line a sweep ends with: the affected ranges, or that nothing reproduces."""
+def disagreements(
+    verdicts: Sequence[tuple[str, Verdict | None]], on_disk: Sequence[checks.Known]
+) -> tuple[list[Contradiction], int]:
+    """Verdicts on disk about a release the sweep measured otherwise, and how many agree."""
+    mine = {Version(name): verdict for name, verdict in verdicts if verdict is not None}
+    against: list[Contradiction] = []
+    agreeing = 0
+    for item, verdict, source in on_disk:
+        try:
+            measured = mine.get(Version(item))
+        except InvalidVersion:
+            continue
+        if measured is None:
+            continue
+        if measured is verdict:
+            agreeing += 1
+        else:
+            against.append(
+                Contradiction(item=item, verdict=verdict, expected=measured, source=source)
+            )
+    return checks.unique(against), agreeing
+
+
+def sweep_sentence(summary: BisectSummary, stretches: int, unread: str = "") -> str:
+    """The line a sweep ends with: the affected ranges, or that nothing reproduces; a
+    verdict on disk against a release's probe makes the map uncertain, said so."""
     probed = len(summary.versions) - len(summary.untested)
     counts = f"{probed} of {len(summary.versions)} releases tested"
     counts += overrides_note(summary.overrides, summary.override_commits)
+    if summary.contradictions:
+        listed = ", ".join(
+            f"{c.item} {'is clean' if c.verdict is Verdict.CLEAN else 'reproduces'} ({c.source})"
+            for c in summary.contradictions
+        )
+        counts += f"; verdicts on disk disagree: {listed}, so the map is not certain"
+    elif summary.agreeing:
+        counts += f"; {summary.agreeing} verdict(s) on disk agree"
+    if unread:
+        counts += f"; {unread}"
     if summary.untested:
         counts += f"; untested: {', '.join(summary.untested)}"
     if not summary.affected:
         return f"no release of {summary.package} in {summary.range} reproduces ({counts})"
+    changed = sum(1 for e in summary.events if e.last_affected is None)
     changes = (
-        f"; the verdict changes {len(summary.events)} times: a bisect of this range would not "
-        "be certain"
+        f"; the verdict changes {changed} times: a bisect of this range would not be certain"
         if stretches > 1
         else ""
     )
-    return f"{summary.package} affected: {summary.affected} ({counts}{changes})"
-
-
-def events_line(events: Sequence[Event]) -> str:
-    """`introduced 4.44.2, fixed 4.46.0, ...` (OSV's event order)."""
-    parts = [
-        f"introduced {e.introduced}" if e.introduced is not None else f"fixed {e.fixed}"
-        for e in events
-    ]
-    return ", ".join(parts)
+    bounds = events_line([e for e in summary.events if e.bound], summary.versions)
+    edges = f"; {bounds}" if bounds else ""
+    return f"{summary.package} affected: {summary.affected} ({counts}{edges}{changes})"

@@ -178,11 +178,9 @@ def bisect_summary(summary: BisectSummary) -> None:
         f"({summary.skips} skipped, {summary.wall_s:.0f}s); summary: {summary.summary_path}"
     )
     if summary.kind == "sweep" and summary.events:
-        events = ", ".join(
-            f"introduced {e.introduced}" if e.introduced is not None else f"fixed {e.fixed}"
-            for e in summary.events
-        )
-        info(f"events: {events}")
+        from reprobox.bisect.summary import events_line  # one wording of events and bounds
+
+        info(f"events: {events_line(summary.events, summary.versions)}")
     out.print(summary.result, markup=False, soft_wrap=True)  # one line, however long
 
 

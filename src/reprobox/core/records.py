@@ -182,6 +182,10 @@ class RecordStore:
     def repro_dir(self, repro: str) -> Path:
         return self.base / repro
 
+    def bisect_dir(self, repro: str) -> Path:
+        """Where `repro`'s bisects and sweeps keep their logs and summaries (one folder each)."""
+        return self.repro_dir(repro) / "_bisect"
+
     def new_run_dir(self, repro: str, slug: str, base: Path | None = None) -> Path:
         """A fresh directory for one cell run; names sort by time and never collide.
         `base` puts it elsewhere (a bisect keeps its probes beside its log)."""
