@@ -754,3 +754,41 @@ def test_the_commit_answer_stands_beside_the_release_answer(ppo_root: Path) -> N
     assert "**Fixed in trl 0.7.2:**" in comment
     assert f"[{sha[:12]}](https://github.com/huggingface/trl/commit/{sha})" in comment
     assert "](https://github.com/huggingface/trl/pull/758)" in comment  # the PR, linked
+
+
+def test_post_publishes_the_files_the_comment_cannot_hold_as_a_secret_gist(
+    ppo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repro file too big for GitHub's 65,536 characters goes to a secret gist (scrubbed)
+    that the posted comment links; a small file the commands need stays inline."""
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    big = ppo_root / "repros" / "ppo" / "big_helper.py"
+    big.write_text(f'TOKEN = "{token}"\n' + "# padding\n" * 7000)
+    (ppo_root / "repros" / "ppo" / "zero.yaml").write_text("zero_stage: 2\n")
+    monkeypatch.setenv("PATH", f"{_fake_gh(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    args = _parse("report", "ppo", "--no-env", "--post", "o/r#5")
+    assert args.handler(args) == 0
+    report = results_dir(ppo_root) / "ppo" / "_report"
+    calls = (tmp_path / "gh.log").read_text().splitlines()
+    gist = report / "gist" / "big_helper.py"
+    assert calls[0] == f"gist create --desc reprobox: files of the ppo reproduction {gist}"
+    assert token not in gist.read_text() and "[REDACTED]" in gist.read_text()
+    comment = (report / "comment.md").read_text()
+    assert len(comment) <= 65_536
+    assert (
+        "*The files not shown above (`big_helper.py`) are in a secret gist: "
+        "https://example.invalid/o/r/issues/5#issuecomment-1*"
+    ) in comment
+    assert "zero_stage: 2" in comment  # the small config stays inline
+    assert "reprobox bundle" not in comment and token not in comment
+    assert comment.rstrip().endswith("<!-- reprobox-report: ppo -->")
+
+
+def test_without_post_the_comment_names_what_it_leaves_out(ppo_root: Path) -> None:
+    (ppo_root / "repros" / "ppo" / "big_helper.py").write_text("# padding\n" * 7000)
+    args = _parse("report", "ppo", "--no-env")
+    assert args.handler(args) == 0
+    report = results_dir(ppo_root) / "ppo" / "_report"
+    comment = (report / "comment.md").read_text()
+    assert "*`big_helper.py` (7000 lines, 70,000 characters) is not shown" in comment
+    assert json.loads((report / "comment-omitted.json").read_text())[0]["name"] == "big_helper.py"

@@ -7,14 +7,16 @@ failures, which `cli.main` turns into one line.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from reprobox.cli import ui
-from reprobox.report.post import PostError, dry_run, parse_target, post
+from reprobox.report.post import PostError, dry_run, parse_target, post, publish_gist
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -108,10 +110,49 @@ def cmd_report(args: argparse.Namespace) -> int:
     if target is not None:
         if args.dry_run:
             body, how = dry_run(target, report.comment, args.edit_last)
+            left = _omitted(report)
+            if left:
+                names = ", ".join(item["name"] for item in left)
+                ui.info(
+                    f"would first publish what the comment has no room for ({names}) as a "
+                    "secret gist (gh gist create) and link it in the comment"
+                )
             ui.info(how)
             sys.stdout.write(body)
             sys.stdout.flush()
             return 0
+        _link_omitted_files(report, args.repro)
         url = post(target, report.comment, args.edit_last, comment_marker(args.repro))
         ui.info(f"posted to {target}: {url}" if url else f"posted to {target}")
     return 0
+
+
+def _link_omitted_files(report: Any, repro: str) -> None:
+    """The repro files the comment had no room for go to a secret gist (scrubbed, as the
+    comment is), and the comment links it: a maintainer needs them to run what it shows."""
+    from reprobox.report.build import with_files_link
+    from reprobox.report.scrub import Scrubber
+
+    listed = _omitted(report)
+    if not listed:
+        return
+    folder = report.dir / "gist"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    scrub = Scrubber()
+    files = []
+    for item in listed:
+        path = folder / Path(item["name"]).name
+        path.write_text(scrub.text(Path(item["path"]).read_text()))
+        files.append(path)
+    url = publish_gist(files, f"reprobox: files of the {repro} reproduction")
+    text = report.comment.read_text()
+    report.comment.write_text(with_files_link(text, url, [i["name"] for i in listed]))
+
+
+def _omitted(report: Any) -> list[dict[str, str]]:
+    """The files the written comment left out (name shown, path), from the report folder."""
+    from reprobox.report.build import OMITTED_FILE
+
+    omitted = report.dir / OMITTED_FILE
+    return list(json.loads(omitted.read_text())) if omitted.is_file() else []

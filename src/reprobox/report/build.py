@@ -26,7 +26,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -52,6 +52,7 @@ from reprobox.report.sections import Builder
 
 __all__ = [
     "COMMENT_LIMIT",
+    "OMITTED_FILE",
     "Loaded",
     "Report",
     "ReportError",
@@ -64,11 +65,13 @@ __all__ = [
     "load_records",
     "not_run",
     "order_records",
+    "with_files_link",
     "write_report",
 ]
 
 REPORT_DIR = "_report"
 MARKER = ".reprobox-report"  # marks a folder this module wrote (and may replace)
+OMITTED_FILE = "comment-omitted.json"  # the repro files the comment had no room for
 COMMENT_LIMIT = 65_000  # GitHub refuses comment bodies over 65,536 characters
 STEP_SUMMARY_LIMIT = 1_000_000  # GitHub's limit per step is 1 MiB
 
@@ -120,17 +123,45 @@ def fit(sections: list[Section], limit: int) -> list[Section]:
         for i in order:
             if len(_join(sections)) <= limit:
                 return sections
-            sections[i] = Section(sections[i].stub)
+            sections[i] = replace(sections[i], text=sections[i].stub, stub="", omitted=True)
     return sections
+
+
+def omitted_files(sections: Sequence[Section]) -> list[tuple[str, Path]]:
+    """The repro files a comment's sections left out to fit: (name shown, the file)."""
+    return [(s.shown, s.source) for s in sections if s.omitted and s.source is not None]
 
 
 def comment_text(sections: list[Section], plot_note: str, marker: str = "") -> str:
     """The sections as an issue comment: a line saying where the plots are (gh cannot
     attach images), the whole within GitHub's size limit."""
+    return comment_parts(sections, plot_note, marker)[0]
+
+
+def comment_parts(
+    sections: list[Section], plot_note: str, marker: str = ""
+) -> tuple[str, list[Section]]:
+    """The comment's text and the sections as fitted (which files were left out)."""
     tail = (f"\n{plot_note}\n" if plot_note else "") + (f"\n{marker}\n" if marker else "")
-    body = [Section(re.sub(r"!\[[^\]]*\]\([^)]+\)", "", s.text), s.drop, s.stub) for s in sections]
-    body = fit(body, COMMENT_LIMIT - len(tail))
-    return _join(body) + tail
+    fitted = comment_fit(sections, tail)
+    return _join(fitted) + tail, fitted
+
+
+def comment_fit(sections: list[Section], tail: str) -> list[Section]:
+    """The comment's sections, image links out, shortened to fit with `tail` after them."""
+    body = [replace(s, text=re.sub(r"!\[[^\]]*\]\([^)]+\)", "", s.text)) for s in sections]
+    return fit(body, COMMENT_LIMIT - len(tail))
+
+
+def with_files_link(comment: str, url: str, names: Sequence[str]) -> str:
+    """The comment, with a line saying where the files it could not hold are published
+    (before its hidden marker, which stays last)."""
+    listed = ", ".join(f"`{n}`" for n in names)
+    line = f"*The files not shown above ({listed}) are in a secret gist: {url}*\n"
+    marker = comment.rfind("\n<!-- reprobox-report")
+    if marker < 0:
+        return comment.rstrip("\n") + "\n\n" + line
+    return comment[: marker + 1] + "\n" + line + comment[marker:]
 
 
 def artifact_hint() -> str:
@@ -230,8 +261,12 @@ def write_report(
         plot_note = f"*{len(made)} plots are in report.html, in {artifact_hint()}.*" if made else ""
         comment_body = [*comment_head, *results, *rest, builder.footer(comment=True)]
         comment_sections = [_scrubbed(s, scrub) for s in comment_body]
-        comment = comment_text(comment_sections, scrub.text(plot_note), comment_marker(name))
+        comment, fitted = comment_parts(
+            comment_sections, scrub.text(plot_note), comment_marker(name)
+        )
         (tmp / "comment.md").write_text(comment)
+        omitted = [{"name": shown, "path": str(path)} for shown, path in omitted_files(fitted)]
+        (tmp / OMITTED_FILE).write_text(json.dumps(omitted, indent=1) + "\n")
         merged = {
             "schema": RECORD_SCHEMA,
             "repro": name,
@@ -265,7 +300,7 @@ def write_report(
 
 
 def _scrubbed(section: Section, scrub: Scrubber) -> Section:
-    return Section(scrub.text(section.text), section.drop, scrub.text(section.stub))
+    return replace(section, text=scrub.text(section.text), stub=scrub.text(section.stub))
 
 
 def _append_step_summary(path: Path, comment: str) -> None:

@@ -14,6 +14,7 @@ import html
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 # Mentions and references GitHub links in prose: @user, @org/team, #123, GH-123, owner/repo#1.
 _MENTION = re.compile(r"@(?=[A-Za-z0-9])")
@@ -120,3 +121,6 @@ class Section:
     text: str
     drop: int = 0
     stub: str = ""
+    source: Path | None = None  # a repro file shown whole (a maintainer needs it to run)
+    shown: str = ""  # its name in the comment (`fixes/x.py`)
+    omitted: bool = False  # replaced by its stub to fit the comment

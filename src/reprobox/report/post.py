@@ -128,3 +128,27 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return subprocess.CompletedProcess(argv, 1, "", str(exc))
+
+
+def gist_command(files: list[Path], description: str) -> list[str]:
+    """`gh gist create` of the files a comment could not hold: secret (unlisted), so only
+    readers of the comment find it."""
+    return ["gh", "gist", "create", "--desc", description, *map(str, files)]
+
+
+def publish_gist(files: list[Path], description: str) -> str:
+    """Publish `files` as a secret gist (gh's default) and return its URL; gh must be
+    installed and logged in (`post` checks both first)."""
+    gh = shutil.which("gh")
+    command = gist_command(files, description)
+    if gh is None:
+        raise PostError(
+            f"gh (the GitHub CLI) is not installed; to publish, run: {shlex.join(command)}"
+        )
+    done = _run([gh, *command[1:]])
+    url = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    if done.returncode != 0 or not url.startswith("https://"):
+        raise PostError(
+            f"gh could not create the gist of the files the comment leaves out: {_last(done)}"
+        )
+    return url

@@ -212,6 +212,8 @@ class Builder:
                     drop=2 if rank == 0 else 4,
                     stub=f"*{md.code(shown)} ({lines} lines, {len(text):,} characters) is not "
                     "shown: with it the comment would pass GitHub's 65,536 characters.*",
+                    source=path,
+                    shown=shown,
                 )
             )
         return sections
