@@ -2,14 +2,17 @@
 pin set made by the block itself with pip, no reprobox; every variant gives the verdict the
 harness measured.
 
-The block is run as written. Only two things come from outside it: each launcher line is
-followed by an `echo` of its exit status (the test's reading, not a change to the line), and
+The block is run as written. Only three things come from outside it: each launcher line is
+followed by an `echo` of its exit status (the test's reading, not a change to the line);
 pip's own configuration (this machine's find-links, PIP_RETRIES=0) supplies the CPU torch
-wheel, because the PyTorch CPU index the block names cannot be reached from here.
+wheel, because the PyTorch CPU index the block names cannot be reached from here; and the
+files a comment has no room for (kl's) are copied from the report folder, standing in for
+the secret gist `report --post` links.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -30,7 +33,7 @@ _EXPECT = re.compile(r"^(.*\S)\s+# expect: (\w+)$")
 CODES = {"reproduced": 1, "clean": 0, "cannot_test": 125}
 
 
-def _paste(comment: str, into: Path) -> str:
+def _paste(comment: str, into: Path, omitted: list[dict[str, str]]) -> str:
     """Write the comment's files under `into`; the block, each launcher line followed by
     an echo of its status."""
     files = _FILE.findall(comment)
@@ -39,6 +42,10 @@ def _paste(comment: str, into: Path) -> str:
         path = into / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text + "\n")
+    for item in omitted:  # the gist's files
+        path = into / item["name"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(Path(item["path"]).read_text())
     block = _BLOCK.search(comment)
     assert block, "the comment holds no reproduction block"
     lines = []
@@ -52,7 +59,9 @@ def _paste(comment: str, into: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("repro", ["lm_head", "shuffle_seed"])
+@pytest.mark.parametrize(
+    "repro", ["lm_head", "shuffle_seed", pytest.param("kl", marks=pytest.mark.slow)]
+)
 def test_the_pasted_comment_gives_the_harness_verdicts(
     repro: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -67,7 +76,9 @@ def test_the_pasted_comment_gives_the_harness_verdicts(
     assert "reprobox" not in _BLOCK.search(comment).group(2)  # type: ignore[union-attr]
     folder = tmp_path / "maintainer"
     folder.mkdir()
-    script = _paste(comment, folder)
+    omitted = json.loads((tmp_path / "report" / "comment-omitted.json").read_text())
+    assert repro == "kl" or not omitted  # lm_head's and shuffle_seed's files all fit
+    script = _paste(comment, folder, omitted)
     env = {
         k: v
         for k, v in os.environ.items()

@@ -59,3 +59,17 @@ def test_fit_drops_the_largest_file_first_and_keeps_a_small_one() -> None:
     kept = fit([head, big, small], COMMENT_LIMIT - 500)
     assert [s.text for s in kept] == [head.text, "*big not shown*", "config: 1"]
     assert len(_join(kept)) <= COMMENT_LIMIT
+
+
+def test_a_package_built_against_the_others_installs_after_them() -> None:
+    lines = pin_groups(
+        ["broken"],
+        lambda v: ["torch==2.13.0", "deepspeed==0.19.8", "trl==0.7.1"],
+        lambda v: "run broken",
+        lambda v: "reproduced",
+        late=["DeepSpeed"],
+    )
+    assert lines[2:4] == [
+        f"pip install --extra-index-url {CPU_TORCH_INDEX} torch==2.13.0 trl==0.7.1",
+        "pip install --no-build-isolation deepspeed==0.19.8",
+    ]

@@ -13,26 +13,38 @@ import shlex
 from collections.abc import Callable, Sequence
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
-def _names_torch(pins: Sequence[str]) -> bool:
-    for pin in pins:
-        try:
-            if Requirement(pin).name.lower() == "torch":
-                return True
-        except InvalidRequirement:
-            continue
-    return False
+def _name(pin: str) -> str:
+    try:
+        return canonicalize_name(Requirement(pin).name)
+    except InvalidRequirement:
+        return ""
+
+
+def install_lines(
+    pins: Sequence[str], platform: str = "cpu", late: Sequence[str] = ()
+) -> list[str]:
+    """`pip install PINS` (the CPU torch index on CPU when torch is pinned), then the pins
+    whose source build imports the rest (deepspeed's setup imports torch) with
+    `--no-build-isolation`, as the harness installs them."""
+    later = {canonicalize_name(n) for n in late}
+    first = [p for p in pins if _name(p) not in later]
+    last = [p for p in pins if _name(p) in later]
+    cpu_torch = platform == "cpu" and "torch" in {_name(p) for p in pins}
+    index = ["--extra-index-url", CPU_TORCH_INDEX] if cpu_torch else []
+    lines = [shlex.join(["pip", "install", *index, *first])] if first else []
+    if last:
+        lines.append(shlex.join(["pip", "install", "--no-build-isolation", *last]))
+    return lines
 
 
 def install_line(pins: Sequence[str], platform: str = "cpu") -> str:
-    """`pip install PINS`, with the CPU torch index on CPU when torch is pinned."""
-    index = (
-        ["--extra-index-url", CPU_TORCH_INDEX] if platform == "cpu" and _names_torch(pins) else []
-    )
-    return shlex.join(["pip", "install", *index, *pins])
+    """One `pip install` line of `pins` (no package built against the others)."""
+    return install_lines(pins, platform)[0]
 
 
 def pin_groups(
@@ -41,6 +53,7 @@ def pin_groups(
     line: Callable[[str], str],
     expect: Callable[[str], str],
     platform: str = "cpu",
+    late: Sequence[str] = (),
 ) -> list[str]:
     """Shell lines: per distinct pin set (in the order variants first name it), a fresh venv,
     its install line, then each of its variants' launcher lines with the expected verdict."""
@@ -54,7 +67,7 @@ def pin_groups(
             lines += ["deactivate", ""]
         lines.append(f"# {', '.join(members)}")
         lines.append(f"python3 -m venv {env} && . {env}/bin/activate")
-        lines.append(install_line(pinset, platform))
+        lines += install_lines(pinset, platform, late)
         for variant in members:
             lines.append(f"{line(variant)}   # expect: {expect(variant)}")
     return lines

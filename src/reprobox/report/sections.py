@@ -158,6 +158,7 @@ class Builder:
             self._pins,
             lambda v: by_hand(self.repro, v).line(),
             lambda v: self.repro.variant(v).expect.value,
+            late=self.repro.spec.env.no_build_isolation,
         )
         intro = (
             "On CPU: save the files below beside each other (fixes under `fixes/`), then run "
