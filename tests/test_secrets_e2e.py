@@ -126,6 +126,9 @@ def test_no_planted_secret_leaves_through_any_output(
     said["run --with git"] = failed.stdout + failed.stderr
     assert failed.returncode != 0 and "Traceback" not in failed.stderr
     assert "[REDACTED]" in failed.stderr, failed.stderr
+    echoed = reprobox("run", "leaky", "--echo")  # the launcher's output streamed live
+    said["run --echo"] = echoed.stdout + echoed.stderr
+    assert echoed.returncode == 0 and "[REDACTED]" in said["run --echo"], said["run --echo"]
     for command in (
         ["table", "leaky"],
         ["report", "leaky", "--no-env"],

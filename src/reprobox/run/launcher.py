@@ -37,6 +37,7 @@ from typing import BinaryIO, TextIO
 
 from reprobox.core import environ
 from reprobox.core.errors import LaunchError
+from reprobox.core.scrub import Scrubber
 from reprobox.core.spec import check_timeout
 from reprobox.run import interrupts, watchdog
 from reprobox.run.guard import (
@@ -265,6 +266,9 @@ def _start(
         raise LaunchError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
 
 
+ECHO_LINE_MAX = 1 << 16  # a line longer than this is echoed before it ends
+
+
 def _wait(
     procs: list[subprocess.Popen[bytes]],
     deadline: float,
@@ -274,12 +278,14 @@ def _wait(
 ) -> bool:
     """Poll until every process exits; True when the deadline passed first."""
     echoed = 0
+    scrub = Scrubber(paths=False) if echo is not None else None
     first_failure: float | None = None
     while True:
         codes = [p.poll() for p in procs]
-        if echo is not None:
-            echoed = _echo_new(log, echoed, echo)
-        if all(code is not None for code in codes):
+        done = all(code is not None for code in codes)
+        if echo is not None and scrub is not None:
+            echoed = _echo_new(log, echoed, echo, scrub, final=done)
+        if done:
             return False
         guard.track()
         now = time.monotonic()
@@ -293,14 +299,17 @@ def _wait(
         time.sleep(0.05)
 
 
-def _echo_new(log: Path, offset: int, echo: TextIO) -> int:
+def _echo_new(log: Path, offset: int, echo: TextIO, scrub: Scrubber, final: bool) -> int:
+    """Echo the log's new whole lines, scrubbed (a terminal's output lands in CI logs); a
+    line is echoed only once complete, so no secret is cut across two writes and missed."""
     with log.open("rb") as handle:
         handle.seek(offset)
         chunk = handle.read()
-    if chunk:
-        echo.write(chunk.decode(errors="replace"))
+    end = len(chunk) if final or len(chunk) > ECHO_LINE_MAX else chunk.rfind(b"\n") + 1
+    if end:
+        echo.write(scrub.text(chunk[:end].decode(errors="replace")))
         echo.flush()
-    return offset + len(chunk)
+    return offset + end
 
 
 def _terminate(procs: list[subprocess.Popen[bytes]]) -> None:
