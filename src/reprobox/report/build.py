@@ -46,6 +46,7 @@ from reprobox.report.data import (
     order_records,
 )
 from reprobox.report.environment import Environment, gather
+from reprobox.report.files import read_files
 from reprobox.report.markdown import Section
 from reprobox.report.scrub import Scrubber
 from reprobox.report.sections import Builder
@@ -218,7 +219,8 @@ def write_report(
     loaded = load_records(store, name, Selection(options.only, options.since))
     scrub = scrubber or Scrubber()
     summaries, bisect_skipped = bisect_summaries(store, name)
-    builder = Builder(root, repro, loaded, summaries, options.posting_to)
+    files = read_files(repro, loaded.records)
+    builder = Builder(repro, loaded, files, summaries, options.posting_to)
     progress(f"report {name}: {len(builder.records)} cells, {len(summaries)} bisect(s)")
 
     out.parent.mkdir(parents=True, exist_ok=True)

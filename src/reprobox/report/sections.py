@@ -11,7 +11,6 @@ once. Text a script or machine wrote only ever goes through `markdown.text` / `c
 from __future__ import annotations
 
 import shlex
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,26 +27,27 @@ from reprobox.report import markdown as md
 from reprobox.report.answers import issue_ref, names
 from reprobox.report.bundle import by_hand, top_pins
 from reprobox.report.environment import Environment
+from reprobox.report.files import ReportFiles, log_dir
 from reprobox.report.markdown import Section
 from reprobox.report.reproduce import pin_groups
 
-LOG_TAIL_LINES = 40
 MAX_METRIC_COLUMNS = 3  # the results table stays inside a comment's column
 _MARK = {"match": "✅", "mismatch": "❌", "error": "⚠️", "recorded": "ℹ️"}
 
 
 class Builder:
-    """The sections of one report, from its records, summaries and environment."""
+    """The sections of one report, from its records, summaries, environment and the files
+    read for it (`files.read_files`): pure, it reads nothing itself."""
 
     def __init__(
         self,
-        root: Path,
         repro: spec.Repro,
         loaded: data.Loaded,
+        files: ReportFiles,
         summaries: Sequence[BisectSummary] = (),
         posting_to: str | None = None,
     ) -> None:
-        self.root, self.repro = root, repro
+        self.repro, self.files = repro, files
         self.variants = list(repro.spec.variants)
         self.records = data.order_records(loaded.records, self.variants)
         self.skipped = list(loaded.skipped)
@@ -169,11 +169,7 @@ class Builder:
         sections = [Section(f"### Reproduction\n\n{intro}\n\n" + md.fence("\n".join(lines), "sh"))]
         sections += self.code(script_first=True)
         if bundle_hint:
-            locks = [
-                f"repros/{name}/locks/{v}.cpu.txt"
-                for v in variants
-                if (self.repro.dir / "locks" / f"{v}.cpu.txt").is_file()
-            ]
+            locks = [f"repros/{name}/locks/{v}.cpu.txt" for v in variants if v in self.files.locked]
             where = f" (the hashed locks: {', '.join(md.code(x) for x in locks)})" if locks else ""
             sections.append(
                 Section(
@@ -186,35 +182,21 @@ class Builder:
 
     def code(self, script_first: bool = True) -> list[Section]:
         """The repro's script first, then its other files and the fixes its variants use."""
-        repro_dir = self.repro.dir
-        main = self.repro.script
-        files = [main]
-        files += sorted(
-            p
-            for p in repro_dir.iterdir()
-            if p.is_file() and p.suffix in (".py", ".yaml", ".yml", ".json") and p != main
-        )
-        fixes = {v.fix for v in self.repro.spec.variants.values() if v.fix}
-        files += [self.repro.fixes_dir / f"{fix}.py" for fix in sorted(fixes)]
         sections = []
-        for rank, path in enumerate(files):
-            try:
-                text = path.read_text()
-            except OSError:
-                continue
-            shown = f"fixes/{path.name}" if path.parent == self.repro.fixes_dir else path.name
-            lang = {".py": "python", ".yaml": "yaml", ".yml": "yaml", ".json": "json"}.get(
-                path.suffix, ""
-            )
-            lines = len(text.splitlines())
+        for rank, found in enumerate(self.files.sources):
+            lines = len(found.text.splitlines())
             sections.append(
                 Section(
-                    md.details(f"{md.html_code(shown)} ({lines} lines)", md.fence(text, lang)),
+                    md.details(
+                        f"{md.html_code(found.shown)} ({lines} lines)",
+                        md.fence(found.text, found.lang),
+                    ),
                     drop=2 if rank == 0 else 4,
-                    stub=f"*{md.code(shown)} ({lines} lines, {len(text):,} characters) is not "
-                    "shown: with it the comment would pass GitHub's 65,536 characters.*",
-                    source=path,
-                    shown=shown,
+                    stub=f"*{md.code(found.shown)} ({lines} lines, {len(found.text):,} "
+                    "characters) is not shown: with it the comment would pass GitHub's 65,536 "
+                    "characters.*",
+                    source=found.path,
+                    shown=found.shown,
                 )
             )
         return sections
@@ -362,8 +344,7 @@ class Builder:
         for record in self.ran:
             if record.status not in ("error", "mismatch"):
                 continue
-            log_dir = Path(record.batch_dir or record.dir)
-            tail = _tail(log_dir / "launch.log", LOG_TAIL_LINES)
+            tail = self.files.log_tails.get(log_dir(record), "")
             body = md.text(record.reason or "no reason recorded")
             if tail:
                 body += "\n\n" + md.fence(tail)
@@ -458,7 +439,7 @@ class Builder:
     def footer(self, comment: bool) -> Section:
         """Where this came from; in a comment on the upstream issue, no link back to it."""
         s = self.repro.spec.repro
-        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        stamp = self.files.generated
         about = f"reprobox repro {md.code(self.repro.name)}"
         if comment and not self._posting_to_upstream():
             about += f" of {md.link(s.title, s.upstream)}"
@@ -486,11 +467,3 @@ def _count(n: int, word: str) -> str:
 def _versions(record: Record) -> dict[str, str]:
     found = record.result.get("versions") or {}
     return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
