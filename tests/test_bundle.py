@@ -9,6 +9,7 @@ empty folder, installs it into a fresh venv with no reprobox, runs the bundle's 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -81,7 +82,12 @@ def test_bundle_holds_what_runs_it_and_nothing_of_this_machine(
     assert "torch==2.13.0+cpu \\\n    --hash=sha256:bbbb" in requirements
     assert (folder / "requirements" / "fixed.pins.txt").read_text() == "torch==2.13.0\nnumpy<2\n"
     readme = (folder / "README.md").read_text()
-    assert f"export TORCH_CPU_LINKS={TORCH_LINKS}\nuv venv --python 3.11 .venv-reproduced" in readme
+    # one lock, one environment: both variants run in the same venv, named by what it holds
+    run_sh = (folder / "run.sh").read_text()
+    (env,) = re.findall(r"reproduced\|fixed\) echo ([0-9a-f]{10}) ;;", run_sh)
+    assert f"export TORCH_CPU_LINKS={TORCH_LINKS}\nuv venv --python 3.11 .venv-{env}" in readme
+    assert "### `reproduced`, `fixed` (one lock: one environment)" in readme
+    assert "./run.sh all" in readme and "logs/VARIANT.log" in readme
     assert 'uv pip sync --require-hashes --find-links "$TORCH_CPU_LINKS" ' in readme
     assert "torchrun --nproc_per_node 2 toy.py --variant reproduced --mode reproduced" in readme
     assert "PYTHONPATH=fixes torchrun --nproc_per_node 2 toy.py --variant fixed" in readme
@@ -120,6 +126,66 @@ def test_late_packages_install_after_the_rest(toy_root: Path, tmp_path: Path) ->
     assert "numpy" not in first and "torch==2.13.0+cpu" in first
     assert "numpy==1.26.4" in late and "torch==" not in late
     assert "--no-build-isolation" in (made.dir / "run.sh").read_text()
+
+
+def test_variants_with_other_locks_get_their_own_environment(
+    toy_root: Path, tmp_path: Path
+) -> None:
+    one, other = tmp_path / "one.lock", tmp_path / "other.lock"
+    one.write_text(FAKE_LOCK)
+    other.write_text(FAKE_LOCK.replace("numpy==1.26.4", "numpy==1.26.3"))
+    locks = {"clean": one, "reproduced": other, "fixed": one}
+    made = write_bundle(_toy(toy_root), list(locks), locks, tmp_path / "out")
+    run_sh = (made.dir / "run.sh").read_text()
+    envs = dict(re.findall(r"^    ([a-z|]+)\) echo ([0-9a-f]{10}) ;;$", run_sh, re.M))
+    assert set(envs) == {"clean|fixed", "reproduced"}
+    assert len(set(envs.values())) == 2
+
+
+def _tools(tmp_path: Path, *names: str) -> str:
+    """A PATH folder holding only `names` from this system (and what run.sh itself calls)."""
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    for name in ("sh", "dirname", *names):
+        found = shutil.which(name)
+        if found:
+            (folder / name).symlink_to(found)
+    return str(folder)
+
+
+def test_run_sh_names_what_the_system_lacks_before_installing(
+    toy_root: Path, tmp_path: Path
+) -> None:
+    """repro.toml's system packages (a JIT-built op's compiler) are checked first: one line
+    naming the missing commands and the packages, exit 3, nothing installed."""
+    toml = toy_root / "repros" / "toy" / "repro.toml"
+    toml.write_text(
+        toml.read_text() + '\n[image]\nsystem_packages = ["g++", "ninja-build", "python3-dev"]\n'
+    )
+    lock = tmp_path / "toy.lock"
+    lock.write_text(FAKE_LOCK)
+    made = write_bundle(_toy(toy_root), ["clean"], {"clean": lock}, tmp_path / "out")
+    readme = (made.dir / "README.md").read_text()
+    assert "apt-get install g++ ninja-build python3-dev" in readme
+    ran = subprocess.run(["sh", str(made.dir / "run.sh"), "all"], capture_output=True, text=True,
+                         env={"PATH": _tools(tmp_path, "g++")}, timeout=60)  # fmt: skip
+    assert ran.returncode == 3, ran.stdout + ran.stderr
+    assert ran.stderr.splitlines() == [
+        "run.sh: this bundle needs g++ and ninja on PATH; missing: ninja"
+        + (" g++" if not shutil.which("g++") else "")
+        + " (Debian/Ubuntu: apt-get install g++ ninja-build python3-dev)"
+    ]  # fmt: skip
+    assert not list(made.dir.glob(".venv-*")) and not (made.dir / "logs").exists()
+
+
+def test_run_sh_refuses_an_unknown_variant(toy_root: Path, tmp_path: Path) -> None:
+    lock = tmp_path / "toy.lock"
+    lock.write_text(FAKE_LOCK)
+    made = write_bundle(_toy(toy_root), ["clean"], {"clean": lock}, tmp_path / "out")
+    ran = subprocess.run(["sh", str(made.dir / "run.sh"), "nope"], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert ran.returncode == 2
+    assert ran.stderr == "run.sh: unknown variant 'nope'; one of: all clean\n"
 
 
 def test_unknown_variant_and_foreign_folder_are_refused(toy_root: Path, tmp_path: Path) -> None:
@@ -168,13 +234,14 @@ def _unpack(archive: Path, into: Path) -> Path:
 def test_the_bundle_runs_without_reprobox_and_agrees_with_it(
     toy_root: Path, tmp_path: Path
 ) -> None:
-    done = reprobox("run", "toy", "--variant", "reproduced", "--variant", "clean")
-    assert done.returncode == 0, done.stderr
+    done = reprobox("run", "toy", "--variant", "reproduced", "--variant", "clean",
+                    "--variant", "wrong")  # fmt: skip
+    assert done.returncode == 1, done.stderr  # `wrong` gives reproduced where clean is expected
     verdicts = {k: v["verdict"] for k, v in newest_records(toy_root / "results", "toy").items()}
-    assert verdicts == {"reproduced": "reproduced", "clean": "clean"}
+    assert verdicts == {"reproduced": "reproduced", "clean": "clean", "wrong": "reproduced"}
 
     made = reprobox("bundle", "toy", "--variant", "reproduced", "--variant", "clean",
-                    "-o", str(tmp_path / "bundle"))  # fmt: skip
+                    "--variant", "wrong", "-o", str(tmp_path / "bundle"))  # fmt: skip
     assert made.returncode == 0, made.stderr
     folder = _unpack(tmp_path / "bundle" / "toy-bundle.tar.gz", tmp_path / "unpacked")
     env = _bare_env(tmp_path, with_uv=True)
@@ -183,12 +250,73 @@ def test_the_bundle_runs_without_reprobox_and_agrees_with_it(
         ran = subprocess.run(["sh", "run.sh", variant], cwd=folder, env=env, capture_output=True,
                              text=True, timeout=600)  # fmt: skip
         assert ran.returncode == codes[verdict], ran.stdout + ran.stderr
-        assert ran.stdout.splitlines()[-3].startswith(f"{verdict}: level = "), ran.stdout
-    venv = folder / ".venv-clean"
+        assert f"{verdict}: level = " in ran.stdout, ran.stdout
+    # `all` holds each verdict against the expected one: `wrong` makes it exit 1, said so
+    ran = subprocess.run(["sh", "run.sh", "all"], cwd=folder, env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    table = _table(ran.stdout)
+    assert table == {"reproduced": ["reproduced", "reproduced", "ok"],
+                     "clean": ["clean", "clean", "ok"],
+                     "wrong": ["clean", "reproduced", "UNEXPECTED"]}  # fmt: skip
+    assert len(list(folder.glob(".venv-*"))) == 1  # three variants, one lock
+    venv = next(folder.glob(".venv-*"))
     listed = subprocess.run([str(venv / "bin" / "python"), "-c",
                              "import importlib.util as u; print(u.find_spec('reprobox'))"],
                             capture_output=True, text=True, env=env)  # fmt: skip
     assert listed.stdout.strip() == "None"  # really without the harness
+
+
+def _table(stdout: str) -> dict[str, list[str]]:
+    """run.sh all's closing table: variant -> [expected, verdict, mark]."""
+    lines = stdout.splitlines()
+    head = ["variant", "expected", "verdict"]
+    start = next(i for i, line in enumerate(lines) if line.split()[:3] == head)
+    rows = {}
+    for line in lines[start + 1 :]:
+        if line.startswith("run.sh:"):
+            break
+        variant, *rest = line.split()
+        rows[variant] = rest
+    return rows
+
+
+@pytest.mark.e2e
+def test_lm_head_bundle_runs_all_in_one_line_from_the_tarball(root: Path, tmp_path: Path) -> None:
+    """What a maintainer does with the attachment: untar it into an empty folder, run
+    `./run.sh all` with no reprobox anywhere. Every variant gives its expected verdict; the
+    torchrun traceback of a script exiting 1 (reproduced) stays in the log; the four
+    variants share their one lock's environment. A variant whose script then fails shows
+    its log's tail and exits 4."""
+    made = reprobox("bundle", "lm_head", "-o", str(tmp_path / "bundle"))
+    assert made.returncode == 0, made.stderr
+    folder = _unpack(tmp_path / "bundle" / "lm_head-bundle.tar.gz", tmp_path / "unpacked")
+    env = _bare_env(tmp_path, with_uv=True)
+    ran = subprocess.run(["./run.sh", "all"], cwd=folder, env=env, capture_output=True,
+                         text=True, timeout=900)  # fmt: skip
+    out = ran.stdout + ran.stderr
+    assert ran.returncode == 0, out
+    assert _table(ran.stdout) == {
+        "broken": ["reproduced", "reproduced", "ok"],
+        "fixed": ["clean", "clean", "ok"],
+        "avg_op": ["clean/cannot_test", "clean", "ok"],
+        "untied": ["clean", "clean", "ok"],
+    }  # fmt: skip
+    assert "ChildFailedError" not in out and "Traceback" not in out and "FAILED" not in out
+    assert "ChildFailedError" in (folder / "logs" / "broken.log").read_text()
+    requirements = {(folder / "requirements" / f"{v}.txt").read_text().split("\n", 1)[1]
+                    for v in ("broken", "fixed", "avg_op", "untied")}  # fmt: skip
+    assert len(list(folder.glob(".venv-*"))) == len(requirements) == 1
+
+    script = folder / "average.py"
+    script.write_text("import sys\nif 'fixed' in sys.argv: raise RuntimeError('planted: "
+                      "a failure in the script')\n" + script.read_text())  # fmt: skip
+    ran = subprocess.run(["./run.sh", "fixed"], cwd=folder, env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert ran.returncode == 4, ran.stdout + ran.stderr
+    assert ran.stdout.startswith("error: no readable result"), ran.stdout
+    assert "run.sh: the last 30 lines of logs/fixed.log:" in ran.stderr
+    assert "RuntimeError: planted: a failure in the script" in ran.stderr
 
 
 @pytest.mark.e2e

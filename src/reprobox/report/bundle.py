@@ -4,9 +4,9 @@ A maintainer runs what is attached to the issue, not a harness checkout. The bun
 the script and what it reads (configs, helper modules), the fix modules its variants use,
 per variant the hashed requirements of its lock and the short list of top-level pins, a
 README with the exact commands (`uv venv`, `uv pip sync`, then the launcher line as a person
-types it), a `run.sh` doing exactly that (with `python3 -m venv` + pip where uv is absent)
-and exiting with the verdict code, its `check.py` (the verdict rule of repro.toml, stdlib
-only), and a Dockerfile around `run.sh`.
+types it), a `run.sh` doing exactly that (`bundle_run`: one venv per lock, the launcher's
+output in a log, `./run.sh all` ending in a verdict table), its `check.py` (the verdict rule
+of repro.toml, stdlib only), and a Dockerfile around `run.sh`.
 
 Every file is scrubbed as the comment is (`Scrubber`: the environment's secret values,
 secret-shaped tokens, home paths), and the bundle names the files that held any.
@@ -18,6 +18,7 @@ Nothing machine-specific goes in: where torch's CPU build comes from is read at 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import shutil
@@ -32,6 +33,7 @@ from reprobox.core.errors import BadInput
 from reprobox.envs.torch_source import pinned_torch
 from reprobox.envs.venvs import split_lock
 from reprobox.report import bundle_text as texts
+from reprobox.report.bundle_run import accepted, run_sh
 from reprobox.report.byhand import TORCH_LINKS, ByHand, by_hand, pip_line, top_pins
 from reprobox.report.scrub import Scrubber
 
@@ -91,7 +93,17 @@ def _copy_sources(repro: spec.Repro, dest: Path, variants: Sequence[str]) -> lis
 def _verdict_json(repro: spec.Repro, variants: Sequence[str]) -> str:
     rules = {v: [{"metric": r.metric, "above": r.above} for r in repro.rules(v)] for v in variants}
     expect = {v: repro.variant(v).expect.value for v in variants}
-    return json.dumps({"repro": repro.name, "rules": rules, "expect": expect}, indent=2) + "\n"
+    also = {v: [a for a in accepted(repro, v) if a != expect[v]] for v in variants}
+    also = {v: found for v, found in also.items() if found and expect[v] != "unknown"}
+    shown = {"repro": repro.name, "rules": rules, "expect": expect, "also_ok": also}
+    return json.dumps(shown, indent=2) + "\n"
+
+
+def _env_id(first: str, second: str) -> str:
+    """One environment per lock: variants whose requirements are the same (headers aside,
+    they name the lock's source) share a venv, named by what it holds."""
+    body = "".join(line for line in (first + second).splitlines(True) if not line.startswith("#"))
+    return hashlib.sha256(body.encode()).hexdigest()[:10]
 
 
 def write_bundle(
@@ -125,6 +137,7 @@ def write_bundle(
         late_pkgs = repro.spec.env.no_build_isolation
         late: dict[str, bool] = {}
         cpu_torch: dict[str, bool] = {}
+        envs: dict[str, str] = {}
         for v in variants:
             text = locks[v].read_text()
             torch = pinned_torch(text)
@@ -135,6 +148,7 @@ def write_bundle(
             if second:
                 (folder / "requirements" / f"{v}.late.txt").write_text(second)
             late[v] = bool(second)
+            envs[v] = _env_id(first, second)
             pins = "\n".join(top_pins(repro, v, platform)) + "\n"
             (folder / "requirements" / f"{v}.pins.txt").write_text(pins)
         lines = {v: by_hand(repro, v) for v in variants}
@@ -142,15 +156,15 @@ def write_bundle(
         install_env = repro.install_env(platform)
         (folder / "verdict.json").write_text(_verdict_json(repro, variants))
         (folder / "check.py").write_text(texts.CHECK_PY)
-        run_sh = folder / "run.sh"
-        run_sh.write_text(
-            texts.run_sh(repro, variants, lines, late, cpu_torch, python, install_env)
+        run_file = folder / "run.sh"
+        run_file.write_text(
+            run_sh(repro, variants, lines, envs, late, cpu_torch, python, install_env)
         )
-        run_sh.chmod(0o755)
+        run_file.chmod(0o755)
         (folder / "Dockerfile").write_text(texts.dockerfile(repro, variants))
-        (folder / ".dockerignore").write_text(".venv-*\nresult-*.json\n")
+        (folder / ".dockerignore").write_text(".venv-*\nresult-*.json\nlogs/\n")
         readme = texts.readme(
-            repro, variants, lines, late, cpu_torch, python, install_env, platform, files
+            repro, variants, lines, envs, late, cpu_torch, python, install_env, platform, files
         )
         (folder / "README.md").write_text(readme)
         scrubbed = _scrub_files(folder, scrubber or Scrubber())

@@ -1,5 +1,5 @@
-"""The texts a bundle holds besides the repro's own files: run.sh, check.py, the Dockerfile
-and the README (see `report.bundle`)."""
+"""The texts a bundle holds besides the repro's own files and run.sh (`bundle_run`): check.py,
+the Dockerfile and the README (see `report.bundle`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from reprobox.core import spec
+from reprobox.report.bundle_run import SystemNeeds
 from reprobox.report.byhand import TORCH_LINKS, ByHand, pip_line, top_pins
 
 CHECK_PY = '''\
@@ -49,96 +50,21 @@ def main(variant, result_path, launcher_status):
     if said != verdict:
         print(f"error: the script said {said!r}, its metrics say {verdict!r}: " + "; ".join(shown))
         return 4
+    if verdict == "clean" and launcher_status not in ("0", "?"):
+        print(f"error: the result says clean but the launcher exited {launcher_status} "
+              "(a rank failed after rank 0 wrote it)")
+        return 4
     print(f"{verdict}: " + "; ".join(shown))
     if result.get("reason"):
         print(f"  {result['reason']}")
-    print(f"  expected for {variant}: {expect}")
+    also = spec.get("also_ok", {}).get(variant, [])
+    print(f"  expected for {variant}: {expect}" + (f" (or {', '.join(also)})" if also else ""))
     return CODES[verdict]
 
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "?"))
 '''
-
-
-def run_sh(
-    repro: spec.Repro,
-    variants: Sequence[str],
-    lines: Mapping[str, ByHand],
-    late: Mapping[str, bool],
-    cpu_torch: Mapping[str, bool],
-    python: str,
-    install_env: Mapping[str, str],
-) -> str:
-    """run.sh: what the README says, in POSIX sh."""
-    names = " ".join(variants)
-    cases = "\n".join(
-        f'  {v}) REPRO_RESULT="$PWD/result-{v}.json" {lines[v].line()} || status=$? ;;'
-        for v in variants
-    )
-    lates = " ".join(v for v in variants if late[v]) or "-"
-    cpus = " ".join(v for v in variants if cpu_torch[v]) or "-"
-    exports = "".join(f"export {k}={shlex.quote(val)}\n" for k, val in install_env.items())
-    return f"""\
-#!/bin/sh
-# {repro.name}: {repro.spec.repro.title}
-# Runs one variant with no reprobox: a venv beside this file (uv, else python3 -m venv + pip),
-# the hashed requirements of the variant's lock, then its launcher line (see README.md).
-# Exits with the verdict code: 0 clean, 1 reproduced, 125 cannot test here, 4 error.
-#
-# Usage: ./run.sh [--install-only] [VARIANT]      variants: {names}
-# Env:   TORCH_CPU_LINKS  where torch's CPU build (torch==X+cpu) is found: a URL or a folder of
-#                         wheels (default {TORCH_LINKS}); empty: only what
-#                         UV_FIND_LINKS / PIP_FIND_LINKS / your index configuration give
-#        PYTHON           the interpreter for the pip path (default python3; needs {python})
-set -eu
-cd "$(dirname "$0")"
-install_only=
-if [ "${{1:-}}" = --install-only ]; then install_only=1; shift; fi
-variant=${{1:-{variants[0]}}}
-case " {names} " in
-  *" $variant "*) ;;
-  *) echo "run.sh: unknown variant '$variant'; one of: {names}" >&2; exit 2 ;;
-esac
-venv=.venv-$variant
-links=${{TORCH_CPU_LINKS-{TORCH_LINKS}}}
-set --
-case " {cpus} " in *" $variant "*) [ -n "$links" ] && set -- --find-links "$links" ;; esac
-late=
-case " {lates} " in *" $variant "*) late=requirements/$variant.late.txt ;; esac
-{exports}
-if command -v uv >/dev/null 2>&1; then
-  [ -x "$venv/bin/python" ] || uv venv --quiet --python {python} "$venv"
-  uv pip sync --quiet --require-hashes --python "$venv/bin/python" "$@" "requirements/$variant.txt"
-  if [ -n "$late" ]; then
-    uv pip install --quiet --require-hashes --no-deps --no-build-isolation \\
-      --python "$venv/bin/python" "$@" -r "$late"
-  fi
-else
-  py=${{PYTHON:-python3}}
-  if ! "$py" -c 'import sys; sys.exit(sys.version_info[:2] != ({python.replace(".", ", ")}))'; then
-    echo "run.sh: no uv, and $py is not python {python} (the lock's): install uv or set PYTHON" >&2
-    exit 3
-  fi
-  [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --require-hashes --no-deps "$@" \\
-    -r "requirements/$variant.txt"
-  if [ -n "$late" ]; then
-    "$venv/bin/python" -m pip install --quiet --require-hashes --no-deps --no-build-isolation \\
-      "$@" -r "$late"
-  fi
-fi
-[ -z "$install_only" ] || exit 0
-
-PATH="$PWD/$venv/bin:$PATH"
-export PATH VIRTUAL_ENV="$PWD/$venv"
-rm -f "result-$variant.json"
-status=0
-case $variant in
-{cases}
-esac
-exec "$venv/bin/python" check.py "$variant" "result-$variant.json" "$status"
-"""
 
 
 def dockerfile(repro: spec.Repro, variants: Sequence[str]) -> str:
@@ -172,6 +98,7 @@ def readme(
     repro: spec.Repro,
     variants: Sequence[str],
     lines: Mapping[str, ByHand],
+    envs: Mapping[str, str],
     late: Mapping[str, bool],
     cpu_torch: Mapping[str, bool],
     python: str,
@@ -201,20 +128,50 @@ def readme(
             f"- `{v}` (expected **{repro.variant(v).expect.value}**)"
             + (f": {desc}" if desc else "")
         )
+    needs = SystemNeeds.of(repro)
+    out += ["", "## Run it", ""]
+    if needs.packages:
+        checked = " and ".join(f"`{c}`" for c in needs.commands)
+        out += [
+            "The system must provide "
+            + ", ".join(f"`{p}`" for p in needs.packages)
+            + " (Debian/Ubuntu package names: `apt-get install "
+            + " ".join(needs.packages)
+            + "`)"
+            + (f"; `run.sh` checks for {checked} first and exits 3, naming what is missing"
+               if checked else "")
+            + ".",
+            "",
+        ]  # fmt: skip
     out += [
+        "```sh",
+        "./run.sh all        # every variant, then a table: exit 0 when each gave its expected "
+        "verdict, 1 otherwise",
+        f"./run.sh {variants[0]}{' ' * max(1, 11 - len(variants[0]))}"
+        "# one variant: exit 0 clean, 1 reproduced, 125 cannot test here, 4 error",
+        "```",
         "",
-        "## Run it",
+        "Each run prints its verdict and the metric that decides it; the launcher's own output "
+        "goes to `logs/VARIANT.log` (a script exits 1 to mean *reproduced*, so torchrun prints "
+        "a `ChildFailedError` there: that is the verdict, not a crash). When a run fails, "
+        "`run.sh` shows the log's tail and exits 4. Exit 2 is bad usage, 3 a system that lacks "
+        "what the bundle needs or an install that failed (its log's tail shown). "
+        "`./run.sh --install-only all` installs without running.",
         "",
-        "`./run.sh VARIANT` does all of the below (a venv beside this file with uv, or with "
-        "`python3 -m venv` + pip when uv is absent) and exits with the verdict code: 0 clean, "
-        "1 reproduced, 125 cannot test here, 4 error.",
+        "`run.sh` makes a venv beside this file for each lock (variants with the same lock "
+        "share one: `.venv-ID`), with uv, or with `python3 -m venv` + pip when uv is absent, "
+        "and does what follows:",
         "",
     ]
     env_line = " ".join(f"{k}={shlex.quote(v)}" for k, v in install_env.items())
+    groups: dict[str, list[str]] = {}
     for v in variants:
+        groups.setdefault(envs[v], []).append(v)
+    for env, members in groups.items():
+        v = members[0]  # the members' requirements are the same
         links = ' --find-links "$TORCH_CPU_LINKS"' if cpu_torch[v] else ""
         steps = [f"export TORCH_CPU_LINKS={TORCH_LINKS}"] if cpu_torch[v] else []
-        steps += [f"uv venv --python {python} .venv-{v}", f". .venv-{v}/bin/activate"]
+        steps += [f"uv venv --python {python} .venv-{env}", f". .venv-{env}/bin/activate"]
         sync = f"uv pip sync --require-hashes{links} requirements/{v}.txt"
         steps.append(f"{env_line} {sync}".strip())
         if late[v]:
@@ -222,8 +179,12 @@ def readme(
                 f"{env_line} uv pip install --require-hashes --no-deps --no-build-isolation"
                 f"{links} -r requirements/{v}.late.txt".strip()
             )
-        steps.append(lines[v].line())
-        out += [f"### `{v}`", "", "```sh", *steps, "```", ""]
+        for member in members:
+            expect = repro.variant(member).expect.value
+            steps += ["", f"# {member} (expected {expect})", lines[member].line()]
+        heading = ", ".join(f"`{m}`" for m in members)
+        one = " (one lock: one environment)" if len(members) > 1 else ""
+        out += [f"### {heading}{one}", "", "```sh", *steps, "```", ""]
     if any(cpu_torch.values()):
         out += [
             f"The requirements pin torch's CPU build (`+cpu`), which PyPI does not serve: set "
@@ -257,7 +218,8 @@ def readme(
         "- `requirements/`: per variant the hashed lock (`VARIANT.txt`"
         + (", and `VARIANT.late.txt`, built against it" if any(late.values()) else "")
         + ") and the top-level pins (`VARIANT.pins.txt`)",
-        "- `run.sh`, `check.py` (the verdict rule, `verdict.json`), `Dockerfile`",
+        "- `run.sh`, `check.py` (the verdict rule, `verdict.json`), `Dockerfile`; `logs/` and "
+        "`result-VARIANT.json` are written by runs",
         "",
     ]
     return "\n".join(out)
