@@ -2,7 +2,7 @@
 #   make repro   the main job: every repro's default variants on CPU, a verdict table at the end
 #   make test    the test suite (unit tests + real end-to-end runs of each repro)
 # Everything else is installed on first use: nox and uv (a .venv), the repro environments with
-# CPU torch (see README "Environments" for where torch comes from), and what the system must
+# CPU torch (see docs/setup.md, "Environments", for where torch comes from), and what the system must
 # provide (scripts/setup-system.sh: g++ and ninja; for the tests also podman and a base image),
 # which is installed as root on Debian, else named with the command that installs it.
 
