@@ -52,5 +52,5 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     ui.info(f"bundle: {made.dir} and {made.archive} ({', '.join(made.variants)})")
     if made.scrubbed:
         ui.info(f"bundle: secrets replaced with [REDACTED] in {', '.join(made.scrubbed)}")
-    ui.info(f"run it: cd {made.dir} && ./run.sh {made.variants[0]}")
+    ui.info(f"run it: cd {made.dir} && ./run.sh all   (or ./run.sh {made.variants[0]})")
     return 0

@@ -29,6 +29,9 @@ PACKAGE_COMMANDS = {
     "ninja-build": "ninja",
     "git": "git",
 }
+# torchrun's (and accelerate launch's) first line about failed ranks: what follows is its own
+# summary (ranks, pids, a link), the ranks' own error is above it
+ELASTIC_FAILED = "elastic/multiprocessing/api.py.*failed (exitcode"
 HEADER_PACKAGES = {"python3-dev"}  # Python.h, checked in each venv's own interpreter
 # What a variant's verdict may be for `all` to count it as expected: its expectation and
 # also_ok; `unknown` records a measurement, so any verdict (never an error) is as expected.
@@ -141,9 +144,15 @@ expected_of() {{
   esac
 }}
 
-show_tail() {{
-  echo "run.sh: the last {LOG_TAIL_LINES} lines of $1:" >&2
-  tail -n {LOG_TAIL_LINES} "$1" | sed 's/^/  | /' >&2
+show_tail() {{  # LOG: its last lines, up to the launcher's own summary of the failed ranks
+  summary=$(grep -n -m 1 '{ELASTIC_FAILED}' "$1" | cut -d: -f1)
+  if [ -n "$summary" ] && [ "$summary" -gt 1 ]; then
+    echo "run.sh: the last lines of $1 before torchrun's summary of the failed ranks:" >&2
+    head -n "$((summary - 1))" "$1" | tail -n {LOG_TAIL_LINES} | sed 's/^/  | /' >&2
+  else
+    echo "run.sh: the last {LOG_TAIL_LINES} lines of $1:" >&2
+    tail -n {LOG_TAIL_LINES} "$1" | sed 's/^/  | /' >&2
+  fi
 }}
 
 install_into() {{  # VENV VARIANT [--find-links LINKS]: the variant's lock into VENV
