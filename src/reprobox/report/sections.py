@@ -10,7 +10,6 @@ once. Text a script or machine wrote only ever goes through `markdown.text` / `c
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from reprobox.core import spec
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
-from reprobox.report import answers, data, plots
+from reprobox.report import answers, data, results
 from reprobox.report import markdown as md
 from reprobox.report.answers import issue_ref, names
 from reprobox.report.bundle import by_hand, top_pins
@@ -31,8 +30,7 @@ from reprobox.report.files import ReportFiles, log_dir
 from reprobox.report.markdown import Section
 from reprobox.report.reproduce import pin_groups
 
-MAX_METRIC_COLUMNS = 3  # the results table stays inside a comment's column
-_MARK = {"match": "✅", "mismatch": "❌", "error": "⚠️", "recorded": "ℹ️"}
+_MARK = results.MARK
 
 
 class Builder:
@@ -204,104 +202,8 @@ class Builder:
     # -- what happened
 
     def results(self) -> list[Section]:
-        """One table of the default cells (variant, verdict, the deciding metrics), the
-        variants' descriptions once, the rule once; the matrix collapsed."""
-        sections = []
-        extra = [m for m in self.metrics if m not in self.rules]
-        metrics = [*self.rules, *extra[:1]][:MAX_METRIC_COLUMNS]
-        if self.judged:
-            rows = []
-            for r in self.judged:
-                verdict = f"{_MARK.get(r.status, '')} {r.verdict or 'error'}"
-                if r.status in ("mismatch", "error"):
-                    verdict += f" (expected {r.expect})"
-                rows.append(
-                    [md.code(r.label), verdict, *(md.number(r.metrics.get(m)) for m in metrics)]
-                )
-            header = ["variant", "verdict", *(md.code(m) for m in metrics)]
-            if self.platforms > 1:
-                header.insert(1, "platform")
-                for row, r in zip(rows, self.judged, strict=True):
-                    row.insert(1, md.text(r.platform))
-            described = [
-                f"- {md.code(r.label)}: {md.text(self._description(r.variant))}"
-                for r in self.judged
-                if self._description(r.variant)
-            ]
-            text = "### Results\n\n" + md.table(header, rows)
-            text += "\n\n" + self._rule_line()
-            if described:
-                text += "\n\n" + "\n".join(dict.fromkeys(described))
-            sections.append(Section(text))
-        if self.matrix:
-            sections.append(Section(self._matrix_table(), drop=2, stub=""))
-        if self.measured:
-            sections.append(self.measurements())
-        return sections
-
-    def measurements(self) -> Section:
-        """Cells expected `unknown`: what they measured, per group, and the script's own
-        conclusion from those numbers. Recorded, not judged: no verdict, no pass or fail."""
-        blocks = [
-            "### Measurements",
-            "Recorded, not judged (expect `unknown`): the figures and the conclusion are the "
-            "script's own.",
-        ]
-        for record, found in self.measured:
-            where = f" on {md.text(record.platform)}" if self.platforms > 1 else ""
-            about = self._description(record.variant)
-            head = f"{md.code(record.label)}{where}" + (f": {md.text(about)}" if about else "")
-            rows = [
-                [md.text(row.group), str(row.n), f"{row.mean:+.4g} ± {row.se:.2g}",
-                 f"{row.fraction_negative:.1%}", f"{row.z:+.2f}"]
-                for row in found.rows
-            ]  # fmt: skip
-            what = f"Measured: {md.text(found.name)}.\n\n" if found.name else ""
-            table = md.table(["", "n", "mean ± SE", "negative", "z = mean / SE"], rows)
-            said = f"**Conclusion:** {md.text(found.conclusion)}"
-            blocks.append(f"{head}\n\n{what}{table}\n\n{said}")
-        return Section("\n\n".join(blocks))
-
-    def _rule_line(self) -> str:
-        def spelled(rules: list[spec.Rule]) -> str:
-            return " or ".join(f"{md.code(r.metric)} > {r.above:g}" for r in rules)
-
-        base = list(self.repro.spec.verdict.reproduced_if)
-        line = f"Reproduced when {spelled(base)} (the script computes it; repro.toml's rule)."
-        own = [
-            f"{md.code(v)}: {spelled(self._rules(v))}"
-            for v in dict.fromkeys(r.variant for r in self.ran if not self._is_measured(r))
-            if self._rules(v) != base
-        ]
-        return line + (" Own rules: " + "; ".join(own) + "." if own else "")
-
-    def _matrix_table(self) -> str:
-        points = list(dict.fromkeys(plots.point_label(r, self.platforms) for r in self.matrix))
-        present = [v for v in self.variants if any(r.variant == v for r in self.matrix)]
-        rows = []
-        for point in points:
-            row = [md.text(point)]
-            for variant in present:
-                found = [
-                    r
-                    for r in self.matrix
-                    if r.variant == variant and plots.point_label(r, self.platforms) == point
-                ]
-                if not found:
-                    row.append("")
-                    continue
-                r = found[0]
-                shown = f"{_MARK.get(r.status, '')} {r.verdict or 'error'}"
-                if r.status in ("mismatch", "error"):
-                    shown += f" (expected {r.expect})"
-                row.append(shown)
-            rows.append(row)
-        table = md.table(["cell", *(md.code(v) for v in present)], rows)
-        cmds = "\n".join(
-            f"reprobox run {self.repro.name} {shlex.join(r.cell().run_args())}" for r in self.matrix
-        )
-        body = table + "\n\n" + md.fence(cmds, "sh")
-        return md.details(f"Matrix: {len(self.matrix)} cells", body)
+        """The results table, the rule, the matrix and the measurements (`results`)."""
+        return results.results(self)
 
     def not_run_section(self) -> Section:
         """Cells that never ran, and later runs that measured nothing (an interrupt, an
