@@ -8,10 +8,12 @@ empty folder, installs it into a fresh venv with no reprobox, runs the bundle's 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -208,6 +210,25 @@ def test_an_install_that_fails_is_3_never_a_verdict(toy_root: Path, tmp_path: Pa
     assert ran.returncode == 3, ran.stdout + ran.stderr
     assert re.search(r"run\.sh: installing \.venv-[0-9a-f]{10} failed\n", ran.stderr), ran.stderr
     assert "  | ERROR: " in ran.stderr  # pip's own reason, from the log's tail
+
+
+def test_check_py_refuses_a_clean_result_from_a_failed_launch(
+    toy_root: Path, tmp_path: Path
+) -> None:
+    """A rank that failed after rank 0 wrote "clean" is an error (4), as the harness's judge
+    says; the accepted verdicts (also_ok) are named."""
+    lock = tmp_path / "toy.lock"
+    lock.write_text(FAKE_LOCK)
+    made = write_bundle(_toy(toy_root), ["cannot"], {"cannot": lock}, tmp_path / "out")
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"schema": 1, "verdict": "clean", "metrics": {"level": 0.0}}))
+    check = [sys.executable, str(made.dir / "check.py"), "cannot", str(result)]
+    ran = subprocess.run([*check, "1"], capture_output=True, text=True)
+    assert ran.returncode == 4
+    assert ran.stdout.startswith("error: the result says clean but the launcher exited 1")
+    ran = subprocess.run([*check, "0"], capture_output=True, text=True)
+    assert ran.returncode == 0
+    assert "  expected for cannot: clean (or cannot_test)" in ran.stdout
 
 
 def test_unknown_variant_and_foreign_folder_are_refused(toy_root: Path, tmp_path: Path) -> None:
