@@ -37,7 +37,7 @@ from reprobox.core.settings import Settings
 from reprobox.envs.index import IndexAxes, SimpleIndex, version_range
 from reprobox.run import pipeline as workflow
 from reprobox.run.backend import Backend
-from reprobox.run.backends.venv import VenvBackend
+from reprobox.run.backends import SlurmFlags, make_backend
 
 if TYPE_CHECKING:
     from reprobox.bisect.prober import Target
@@ -375,28 +375,11 @@ def _backend_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _backend(args: argparse.Namespace) -> Backend | None:
-    """The back end the flags ask for: None for the plain venv back end (one launch at a
-    time), a runner process per launch for --workers K, or Slurm (checked before anything
-    runs: its client tools, its controller, the partition)."""
-    from reprobox.run.backends import detached, slurm
-
-    workers = getattr(args, "workers", 1)
-    if workers < 1:
-        raise BadInput("--workers must be 1 or more")
-    kind = getattr(args, "backend", "venv")
-    if kind != "slurm":
-        flags = ("partition", "gres", "time", "container_image", "container_mounts")
-        given = [f for f in flags if getattr(args, f, None)]
-        if given:
-            raise BadInput(f"--{given[0].replace('_', '-')} goes with --backend slurm")
-        return detached.DetachedBackend(_settings(args)) if workers > 1 else None
-    backend = slurm.SlurmBackend(
-        _settings(args), partition=args.partition, gres=args.gres, time=args.time,
-        container_image=args.container_image, container_mounts=args.container_mounts,
-    )  # fmt: skip
-    backend.check()
-    return backend
+def _backend(args: argparse.Namespace) -> Backend:
+    """The back end the flags ask for (`make_backend` chooses; never None)."""
+    flags = SlurmFlags(**{f: getattr(args, f, None) for f in SlurmFlags.__dataclass_fields__})
+    kind, workers = getattr(args, "backend", "venv"), getattr(args, "workers", 1)
+    return make_backend(kind, _settings(args), workers=workers, slurm=flags)
 
 
 def _cell_arguments(parser: argparse.ArgumentParser) -> None:
@@ -523,7 +506,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     repro = spec.load(settings.root, args.repro)
     cells = _cells(repro, args)
-    records = _run(repro, cells, _backend(args) or VenvBackend(settings), args)
+    records = _run(repro, cells, _backend(args), args)
     ui.verdict_table(records, format=args.format)
     _say_commits(records)
     return _conclude(records)
@@ -560,7 +543,7 @@ def cmd_verdict(args: argparse.Namespace) -> int:
     if len(cells) != 1:
         raise BadInput("verdict takes exactly one --variant")
     store = RecordStore(settings.results)
-    backend = _backend(args) or VenvBackend(settings)
+    backend = _backend(args)
     [record] = workflow.run_cells(repro, cells, backend, store, settings, _options(args))
     ui.record_line(record)
     _say_commits([record])
