@@ -15,7 +15,6 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +33,13 @@ from reprobox.core.errors import BadInput, ExitCode, ReproboxError
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
-from reprobox.envs.index import IndexAxes, SimpleIndex, version_range
 from reprobox.run import pipeline as workflow
 from reprobox.run.backend import Backend
 from reprobox.run.backends import SlurmFlags, make_backend
 
 if TYPE_CHECKING:
     from reprobox.bisect.prober import Target
+    from reprobox.envs.index import IndexAxes, SimpleIndex
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,10 +128,21 @@ container engine, 6 a lock or image fails its hash, 70 the harness failed, 124 t
 
 def _version() -> str:
     """The installed distribution's version (what a bug report should quote)."""
+    from importlib import metadata  # only when asked: it costs every command otherwise
+
     try:
         return metadata.version("reprobox")
     except metadata.PackageNotFoundError:
         return "unknown (not installed as a distribution)"
+
+
+class _VersionAction(argparse.Action):
+    """--version, its version looked up only when asked (argparse's own action reads it for
+    every command)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"reprobox {_version()}")
+        parser.exit()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -142,9 +152,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--version", action="version", version=f"reprobox {_version()}", help="print the version"
-    )
+    parser.add_argument("--version", action=_VersionAction, nargs=0, help="print the version")
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", help="one of:"
     )
@@ -469,10 +477,14 @@ def _cells(repro: spec.Repro, args: argparse.Namespace) -> list[matrix.Cell]:
 
 
 def _index(args: argparse.Namespace) -> SimpleIndex:
+    from reprobox.envs.index import SimpleIndex  # its HTTP client: not on the run path
+
     return SimpleIndex.from_settings(_settings(args))
 
 
 def _axes(args: argparse.Namespace) -> IndexAxes:
+    from reprobox.envs.index import IndexAxes
+
     return IndexAxes(_index(args))
 
 
@@ -674,6 +686,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from reprobox.bisect import sweep
+    from reprobox.envs.index import version_range
 
     version_range(args.range)  # a bad --range is said before the index is asked
     target, defaults = _bisect_target(args)
