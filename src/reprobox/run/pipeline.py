@@ -9,28 +9,23 @@ cells it interrupted. What was measured is never deleted.
 
 from __future__ import annotations
 
-import errno
-import json
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import closing, contextmanager
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from reprobox.core.cells import Cell, script_args
-from reprobox.core.errors import CannotTestHere, ExitCode, ReproboxError, interrupt_code
-from reprobox.core.files import atomic_write
-from reprobox.core.judge import Judgement, Launched, Status, judge, peek_verdict
-from reprobox.core.protocol import SCHEMA_VERSION, Verdict
+from reprobox.core.errors import CannotTestHere, ExitCode, ReproboxError
+from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
 from reprobox.run import capabilities, host_check
 from reprobox.run.backend import Backend, Case, LaunchRequest, Prepared
-from reprobox.run.backend import plan_text as plan_text
 from reprobox.run.capabilities import LaunchesConcurrently, LaunchesMany
 
 # What callers of the pipeline ask of locks and environments (run/environments.py).
@@ -40,6 +35,17 @@ from reprobox.run.environments import lock_for as lock_for
 from reprobox.run.environments import lock_path as lock_path
 from reprobox.run.environments import lock_request as lock_request
 from reprobox.run.environments import resolve_sources as resolve_sources
+from reprobox.run.pending import (
+    Pending,
+    cannot_test,
+    finish,
+    judge_case,
+    judge_launch,
+    recording,
+    remove_if_empty,
+    save,
+)
+from reprobox.run.pending import exit_code as exit_code
 
 STOPPED_MID_LAUNCH = (
     "no verdict was recorded for this launch: the harness was killed, or could not write "
@@ -58,39 +64,6 @@ class RunOptions:
 
 
 # ---- the pipeline ---------------------------------------------------------------------------
-
-
-@dataclass
-class Pending:
-    """A cell on its way through the pipeline: its record fills in as steps succeed."""
-
-    cell: Cell
-    record: Record
-    run_dir: Path
-    prepared: Prepared | None = None
-
-    @property
-    def open(self) -> bool:
-        """Still to be launched: nothing failed and no verdict yet (e.g. from preflight)."""
-        return self.record.exit_code == 0 and self.record.verdict is None
-
-
-@contextmanager
-def recording(pending: list[Pending]):  # type: ignore[no-untyped-def]
-    """Turn a failure of this step into the records of these cells; save them on an
-    interrupt (Ctrl-C, SIGTERM, SIGHUP), with the interrupt's own exit code."""
-    try:
-        yield
-    except ReproboxError as exc:
-        for item in pending:
-            item.record.reason, item.record.exit_code = str(exc), int(exc.exit_code)
-    except KeyboardInterrupt as exc:
-        code = int(interrupt_code(exc))
-        for item in pending:
-            if item.record.status == Status.ERROR.value and item.record.verdict is None:
-                item.record.reason, item.record.exit_code = "interrupted", code
-            _save(item.record)
-        raise
 
 
 def run_cells(
@@ -128,11 +101,11 @@ def run_cells(
                 if on_start is not None:
                     on_start([item.cell for item in group])
                 _launch_group(repro, group, backend, options)
-                _finish(group, records, on_record)
-        _finish([item for item in pending if item not in ready], records, on_record)
+                finish(group, records, on_record)
+        finish([item for item in pending if item not in ready], records, on_record)
     finally:
         for item in pending:
-            _remove_if_empty(item.run_dir)
+            remove_if_empty(item.run_dir)
     order = {id(item.record): index for index, item in enumerate(pending)}
     return sorted(records, key=lambda r: order[id(r)])
 
@@ -165,7 +138,7 @@ def _launch_concurrently(
             while running:
                 done, running = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in done:
-                    _finish(future.result(), records, on_record)
+                    finish(future.result(), records, on_record)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 backend.cancel_all()
@@ -203,10 +176,10 @@ def _launch_many(
                 with recording(group):
                     if isinstance(outcome, ReproboxError):
                         raise outcome
-                    _judge_launch(repro, group, requests[index], outcome)
-                _finish(group, records, on_record)
+                    judge_launch(repro, group, requests[index], outcome)
+                finish(group, records, on_record)
     for group in waiting.values():  # the submission failed: their records say why
-        _finish(group, records, on_record)
+        finish(group, records, on_record)
 
 
 def _prepared(group: list[Pending]) -> Prepared:
@@ -312,16 +285,6 @@ def _host_torch(repro: Repro, item: Pending) -> None:
         cannot_test(repro, item, f"cannot test here: {problem}", host_check.HOST_RESULT_BY)
 
 
-def cannot_test(repro: Repro, item: Pending, reason: str, by: str) -> None:
-    """End a cell "cannot test here" on the harness's own finding (`by`), through the one
-    judge as a script's cannot-test result would: the result names who decided."""
-    case = Case(item.cell, tuple(script_args(repro, item.cell)), item.run_dir)
-    result = {"schema": SCHEMA_VERSION, "verdict": Verdict.CANNOT_TEST.value, "reason": reason}
-    atomic_write(case.result, json.dumps({**result, "metrics": {}, "by": by}))
-    launched = Launched(logs=item.run_dir)
-    item.record.apply(judge_case(repro, case, launched, [Verdict.CANNOT_TEST]), launched)
-
-
 def _launch_group(
     repro: Repro, group: list[Pending], backend: Backend, options: RunOptions
 ) -> None:
@@ -330,7 +293,7 @@ def _launch_group(
     request = _begin(repro, group, backend, options)
     with recording(group):
         assert group[0].prepared is not None
-        _judge_launch(repro, group, request, backend.launch(group[0].prepared, request))
+        judge_launch(repro, group, request, backend.launch(group[0].prepared, request))
 
 
 def _begin(
@@ -351,31 +314,9 @@ def _begin(
     for item in group:  # if the harness itself is killed (-9) mid-launch, this says so
         item.record.reason = STOPPED_MID_LAUNCH
         item.record.exit_code = int(ExitCode.HARNESS_FAILED)
-        _save(item.record)
+        save(item.record)
         item.record.reason, item.record.exit_code = "", 0
     return request
-
-
-def _judge_launch(
-    repro: Repro, group: list[Pending], request: LaunchRequest, launched: Launched
-) -> None:
-    """Each case of an ended launch through the one judge."""
-    verdicts = [peek_verdict(case.result) for case in request.cases]
-    known = [v for v in verdicts if v is not None]
-    for item, case in zip(group, request.cases, strict=True):
-        # A batch's ranks exit with the code of all its cases together.
-        together = known if len(group) > 1 and len(known) == len(group) else None
-        item.record.apply(judge_case(repro, case, launched, together), launched)
-
-
-def judge_case(
-    repro: Repro, case: Case, launched: Launched, verdicts: list[Verdict] | None
-) -> Judgement:
-    """The one judge, with the variant's own rule and the cell's expectation."""
-    cell = case.cell
-    return judge(
-        repro.rules(cell.variant), cell.expect, cell.also_ok, case.result, launched, verdicts
-    )
 
 
 def launch_key(repro: Repro, item: Pending) -> Hashable:
@@ -399,52 +340,3 @@ def _groups(repro: Repro, pending: list[Pending]) -> list[list[Pending]]:
     for item in pending:
         groups.setdefault(launch_key(repro, item), []).append(item)
     return list(groups.values())
-
-
-def _finish(
-    group: list[Pending], records: list[Record], on_record: Callable[[Record], None] | None
-) -> None:
-    for item in group:
-        _save(item.record)
-        records.append(item.record)
-        if on_record is not None:
-            on_record(item.record)
-
-
-def _save(record: Record) -> None:
-    """Save a record; a full or read-only results folder is one plain error, and what the
-    run wrote (result, logs) stays where it is."""
-    try:
-        record.save()
-    except OSError as exc:
-        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-        why = "the disk is full" if full else (exc.strerror or str(exc))
-        raise ReproboxError(
-            f"cannot save the record of {record.repro} {record.label}: {why}; what was "
-            f"measured is kept in {record.dir}",
-            exit_code=ExitCode.HARNESS_FAILED,
-        ) from None
-
-
-def _remove_if_empty(run_dir: Path) -> None:
-    """Drop the folder of a cell that never started; never one holding anything."""
-    for path in (run_dir, run_dir.parent):
-        try:
-            path.rmdir()
-        except OSError:
-            return
-
-
-def exit_code(records: Iterable[Record]) -> ExitCode:
-    """First error's code; else FAILED when a clean or reproduced verdict missed its
-    expectation; else CANNOT_TEST when a cell could not be tested here (each record's code
-    is the judge's); else OK."""
-    records = list(records)
-    for record in records:
-        if record.status == Status.ERROR.value:
-            return ExitCode(record.exit_code)
-    codes = {r.exit_code for r in records}
-    for code in (ExitCode.FAILED, ExitCode.CANNOT_TEST):
-        if code in codes:
-            return code
-    return ExitCode.OK
