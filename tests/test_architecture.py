@@ -34,3 +34,80 @@ def test_the_noxfile_knows_only_the_nox_view_and_the_spec() -> None:
         elif isinstance(node, ast.Import):
             imported |= {a.name for a in node.names if a.name.startswith("reprobox")}
     assert imported <= {"reprobox.scaleout.noxview", "reprobox.core.spec"}, imported
+
+
+SRC = ROOT / "src" / "reprobox"
+
+
+def _calls(path: Path, names: set[str]) -> list[str]:
+    tree = ast.parse(path.read_text())
+    return [
+        f"{path.name}:{node.lineno} {node.func.id}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names
+    ]
+
+
+def test_design_rules_2_and_3_are_contracts() -> None:
+    """The rules stay written as import-linter contracts (test_import_contracts_hold runs
+    them): envs and run.layout import only core, back ends never import the pipeline, bisect
+    never imports one back end, no cycle in envs."""
+    text = (ROOT / "pyproject.toml").read_text()
+    for name in (
+        "DESIGN rule 2: envs imports only core",
+        "DESIGN rule 2: run.layout imports only core",
+        "DESIGN rule 2: the back ends never import the pipeline",
+        "DESIGN rule 3: bisect reaches a back end through the pipeline",
+        "no import cycle among the modules of envs",
+    ):
+        assert f'name = "{name}' in text, name
+
+
+def test_the_pipeline_finds_no_capability_at_run_time() -> None:
+    """Every capability the pipeline uses is declared (run/backend.py, run/capabilities.py):
+    no getattr or hasattr on a back end or a handle where back ends are driven."""
+    driving = ["pipeline.py", "host_check.py", "environments.py"]
+    found = [c for name in driving for c in _calls(SRC / "run" / name, {"getattr", "hasattr"})]
+    assert found == []
+    assert _calls(SRC / "bisect" / "prober.py", {"hasattr"}) == []
+    assert "getattr(backend" not in (SRC / "bisect" / "prober.py").read_text()
+
+
+def test_one_factory_chooses_the_back_end() -> None:
+    """Only the factory (and the back ends that wrap one another) construct a back end."""
+    outside = [
+        f"{path.relative_to(SRC)}:{line}"
+        for path in SRC.rglob("*.py")
+        if path.parent.name != "backends"
+        for line, text in enumerate(path.read_text().splitlines(), start=1)
+        if "VenvBackend(" in text or "DetachedBackend(" in text or "SlurmBackend(" in text
+    ]
+    assert outside == []
+
+
+def test_bisect_reaches_run_only_through_the_pipeline_interface_and_factory() -> None:
+    """DESIGN rule 3, as an allow-list: of run, bisect imports the pipeline, the interface,
+    the capabilities and the factory, nothing else (the contract forbids the back ends)."""
+    allowed = {"pipeline", "backend", "capabilities", "backends"}
+    for path in (SRC / "bisect").glob("*.py"):
+        used = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "reprobox.run":
+                used |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "reprobox.run."
+            ):
+                used.add((node.module or "").split(".", 3)[2])
+                if (node.module or "").count(".") > 2:
+                    used.add(node.module or "")
+        assert used <= allowed, f"{path.name}: {sorted(used - allowed)}"
+
+
+def test_run_and_envs_modules_stay_under_500_lines() -> None:
+    long = {
+        str(path.relative_to(SRC)): n
+        for folder in ("run", "envs")
+        for path in (SRC / folder).rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > 500
+    }
+    assert long == {}

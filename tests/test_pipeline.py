@@ -19,7 +19,7 @@ from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
 from reprobox.run import pipeline
-from reprobox.run.backend import LaunchRequest, Prepared
+from reprobox.run.backend import LaunchRequest, NoHandle, Prepared
 
 
 def _result(case_args: list[str], verdict: str, level: float) -> dict:
@@ -43,10 +43,14 @@ class FakeBackend:
     def prepare(self, repro: Repro, cell: Cell, lock: Path) -> Prepared:
         if cell.variant in self.broken_env:
             raise EnvError("cannot install: fake")
-        return Prepared(key="env-1", lock=lock, lock_hash="abc", runner="fake", env_s=0.0)
+        return Prepared(key="env-1", lock=lock, lock_hash="abc", runner="fake", env_s=0.0,
+                        handle=NoHandle())  # fmt: skip
 
     def command(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
         return ["fake", *request.lead.args]
+
+    def env_names(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
+        return ["FAKE_ONLY"]
 
     def launch(self, prepared: Prepared, request: LaunchRequest) -> Launched:
         self.launches.append(request)
@@ -160,3 +164,72 @@ def test_an_interrupt_keeps_what_was_recorded_and_marks_the_cell(
     assert records["reproduced"].exit_code == ExitCode.INTERRUPTED
     assert "cannot" not in records  # never started: no folder left behind
     assert not (store.base / "toy" / "cpu-cannot").exists()
+
+
+def test_the_record_names_the_variables_the_back_end_declares(
+    toy: Repro, store: RecordStore
+) -> None:
+    [record] = _run(toy, store, FakeBackend({"clean": ("clean", 0.0, [0, 0])}), "clean")
+    assert record.env_names == ["FAKE_ONLY"]  # the back end's own word, never guessed
+
+
+@dataclass
+class ThreadedBackend(FakeBackend):
+    """Declares concurrent launches: the pipeline runs `workers` at once, and cancels them
+    all on an interrupt."""
+
+    concurrent: bool = True
+    cancelled: int = 0
+
+    def cancel_all(self) -> None:
+        self.cancelled += 1
+
+
+def test_capabilities_are_declared_and_checked_in_one_place() -> None:
+    from reprobox.run import capabilities
+
+    plain, threaded = FakeBackend(), ThreadedBackend()
+    assert capabilities.concurrent(plain) is None and capabilities.many(plain) is None
+    assert capabilities.canceller(plain) is None
+    assert capabilities.concurrent(threaded) is threaded
+    assert capabilities.canceller(threaded) == threaded.cancel_all
+    # cancel_all alone, or `concurrent = False`, declares nothing
+    assert capabilities.concurrent(ThreadedBackend(concurrent=False)) is None
+
+
+def test_a_concurrent_back_end_is_cancelled_on_an_interrupt(toy: Repro, store: RecordStore) -> None:
+    backend = ThreadedBackend({"clean": ("clean", 0.0, [0, 0])}, interrupt_on="reproduced")
+    cells = [make_cell(toy, v) for v in ("clean", "reproduced")]
+    settings = Settings.from_env({"REPROBOX_RESULTS": str(store.base)})
+    options = pipeline.RunOptions(lock=Path(__file__), workers=2)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run_cells(toy, cells, backend, store, settings, options)
+    assert backend.cancelled == 1
+    assert {r.label: r.reason for r in store.latest("toy")}["reproduced"] == "interrupted"
+
+
+def test_a_back_end_without_the_hosts_torch_is_bad_input_under_host(
+    toy: Repro, store: RecordStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reprobox.core.errors import BadInput
+    from reprobox.run import host_check
+
+    monkeypatch.setattr(host_check, "host_range", lambda repro, platform: None)
+    prepared = FakeBackend().prepare(toy, make_cell(toy, "clean"), Path(__file__))
+    with pytest.raises(BadInput, match="the fake back end does not run with the host's torch"):
+        host_check.check(toy, "cpu", prepared)
+
+
+def test_the_factory_always_gives_a_back_end(tmp_path: Path) -> None:
+    from reprobox.core.errors import BadInput
+    from reprobox.run.backends import SlurmFlags, make_backend
+    from reprobox.run.backends.detached import DetachedBackend
+    from reprobox.run.backends.venv import VenvBackend
+
+    settings = Settings.from_env({"REPROBOX_RESULTS": str(tmp_path)})
+    assert type(make_backend(None, settings)) is VenvBackend
+    assert type(make_backend("venv", settings, workers=3)) is DetachedBackend
+    with pytest.raises(BadInput, match="--gres goes with --backend slurm"):
+        make_backend(None, settings, slurm=SlurmFlags(gres="gpu:1"))
+    with pytest.raises(BadInput, match="--workers must be 1 or more"):
+        make_backend(None, settings, workers=0)

@@ -52,6 +52,9 @@ class OneJobEach:
     def command(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
         return self.inner.command(prepared, request)
 
+    def env_names(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
+        return self.inner.env_names(prepared, request)
+
     def launch(self, prepared: Prepared, request: LaunchRequest) -> Launched:
         return self.inner.launch(prepared, request)
 

@@ -40,7 +40,8 @@ from reprobox.core.spec import Repro, check_version
 from reprobox.envs import git, venvs
 from reprobox.run import pipeline
 from reprobox.run.backend import Backend
-from reprobox.run.backends.venv import VenvBackend
+from reprobox.run.backends import make_backend
+from reprobox.run.capabilities import canceller
 
 T = TypeVar("T")
 # A skip measured off the main thread waits this long before it is logged: a Ctrl-C at the
@@ -403,7 +404,7 @@ def pipeline_probes(
     launch); the run then installs and launches against that lock, its folder under `runs`."""
     repro, options, settings = target.repro, target.options, target.settings
     platform = options.platform
-    backend: Backend = target.backend if target.backend is not None else VenvBackend(settings)
+    backend: Backend = target.backend or make_backend(None, settings)  # None: the factory's
     store = RecordStore(settings.results)
 
     def env_key(item: T) -> str:
@@ -431,7 +432,7 @@ def pipeline_probes(
     def versions(item: T) -> dict[str, str]:
         return lock_versions(lock_of(item))
 
-    cancel = getattr(backend, "cancel_all", None)
+    cancel = canceller(backend)
     return Probes(run=run, env_key=env_key, warm=warm, versions=versions, cancel=cancel)
 
 

@@ -15,7 +15,6 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +33,13 @@ from reprobox.core.errors import BadInput, ExitCode, ReproboxError
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
-from reprobox.envs.index import IndexAxes, SimpleIndex, version_range
 from reprobox.run import pipeline as workflow
 from reprobox.run.backend import Backend
-from reprobox.run.backends.venv import VenvBackend
+from reprobox.run.backends import SlurmFlags, make_backend
 
 if TYPE_CHECKING:
     from reprobox.bisect.prober import Target
+    from reprobox.envs.index import IndexAxes, SimpleIndex
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,10 +128,21 @@ container engine, 6 a lock or image fails its hash, 70 the harness failed, 124 t
 
 def _version() -> str:
     """The installed distribution's version (what a bug report should quote)."""
+    from importlib import metadata  # only when asked: it costs every command otherwise
+
     try:
         return metadata.version("reprobox")
     except metadata.PackageNotFoundError:
         return "unknown (not installed as a distribution)"
+
+
+class _VersionAction(argparse.Action):
+    """--version, its version looked up only when asked (argparse's own action reads it for
+    every command)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"reprobox {_version()}")
+        parser.exit()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -142,9 +152,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--version", action="version", version=f"reprobox {_version()}", help="print the version"
-    )
+    parser.add_argument("--version", action=_VersionAction, nargs=0, help="print the version")
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", help="one of:"
     )
@@ -375,28 +383,11 @@ def _backend_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _backend(args: argparse.Namespace) -> Backend | None:
-    """The back end the flags ask for: None for the plain venv back end (one launch at a
-    time), a runner process per launch for --workers K, or Slurm (checked before anything
-    runs: its client tools, its controller, the partition)."""
-    from reprobox.run.backends import detached, slurm
-
-    workers = getattr(args, "workers", 1)
-    if workers < 1:
-        raise BadInput("--workers must be 1 or more")
-    kind = getattr(args, "backend", "venv")
-    if kind != "slurm":
-        flags = ("partition", "gres", "time", "container_image", "container_mounts")
-        given = [f for f in flags if getattr(args, f, None)]
-        if given:
-            raise BadInput(f"--{given[0].replace('_', '-')} goes with --backend slurm")
-        return detached.DetachedBackend(_settings(args)) if workers > 1 else None
-    backend = slurm.SlurmBackend(
-        _settings(args), partition=args.partition, gres=args.gres, time=args.time,
-        container_image=args.container_image, container_mounts=args.container_mounts,
-    )  # fmt: skip
-    backend.check()
-    return backend
+def _backend(args: argparse.Namespace) -> Backend:
+    """The back end the flags ask for (`make_backend` chooses; never None)."""
+    flags = SlurmFlags(**{f: getattr(args, f, None) for f in SlurmFlags.__dataclass_fields__})
+    kind, workers = getattr(args, "backend", "venv"), getattr(args, "workers", 1)
+    return make_backend(kind, _settings(args), workers=workers, slurm=flags)
 
 
 def _cell_arguments(parser: argparse.ArgumentParser) -> None:
@@ -486,10 +477,14 @@ def _cells(repro: spec.Repro, args: argparse.Namespace) -> list[matrix.Cell]:
 
 
 def _index(args: argparse.Namespace) -> SimpleIndex:
+    from reprobox.envs.index import SimpleIndex  # its HTTP client: not on the run path
+
     return SimpleIndex.from_settings(_settings(args))
 
 
 def _axes(args: argparse.Namespace) -> IndexAxes:
+    from reprobox.envs.index import IndexAxes
+
     return IndexAxes(_index(args))
 
 
@@ -523,7 +518,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     repro = spec.load(settings.root, args.repro)
     cells = _cells(repro, args)
-    records = _run(repro, cells, _backend(args) or VenvBackend(settings), args)
+    records = _run(repro, cells, _backend(args), args)
     ui.verdict_table(records, format=args.format)
     _say_commits(records)
     return _conclude(records)
@@ -560,7 +555,7 @@ def cmd_verdict(args: argparse.Namespace) -> int:
     if len(cells) != 1:
         raise BadInput("verdict takes exactly one --variant")
     store = RecordStore(settings.results)
-    backend = _backend(args) or VenvBackend(settings)
+    backend = _backend(args)
     [record] = workflow.run_cells(repro, cells, backend, store, settings, _options(args))
     ui.record_line(record)
     _say_commits([record])
@@ -691,6 +686,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from reprobox.bisect import sweep
+    from reprobox.envs.index import version_range
 
     version_range(args.range)  # a bad --range is said before the index is asked
     target, defaults = _bisect_target(args)

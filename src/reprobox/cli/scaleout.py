@@ -11,13 +11,16 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reprobox.cli import ui
 from reprobox.core import spec
 from reprobox.core.errors import BadInput
 from reprobox.core.settings import Settings
-from reprobox.envs.index import IndexAxes, SimpleIndex, select
-from reprobox.scaleout import jobs, k8s
+
+if TYPE_CHECKING:  # imported where used: the index's HTTP client and YAML are off the run path
+    from reprobox.envs.index import IndexAxes
+    from reprobox.scaleout import jobs
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -102,10 +105,14 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _axes(args: argparse.Namespace) -> IndexAxes:
+    from reprobox.envs.index import IndexAxes, SimpleIndex
+
     return IndexAxes(SimpleIndex.from_settings(_settings(args)))
 
 
 def cmd_k8s(args: argparse.Namespace) -> int:
+    from reprobox.scaleout import jobs, k8s
+
     settings = _settings(args)
     cells = jobs.job_cells(settings.root, args.repro, args.cells, args.platform, _axes(args))
     options = k8s.K8sOptions(
@@ -193,6 +200,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 def cmd_newest(args: argparse.Namespace) -> int:
     """The newest non-yanked release (pre-releases only with --pre), for the canary."""
+    from reprobox.envs.index import SimpleIndex, select
+
     index = SimpleIndex.from_settings(_settings(args))
     versions = select(index.releases(args.package), "", prereleases=args.pre)
     if not versions:
@@ -203,6 +212,8 @@ def cmd_newest(args: argparse.Namespace) -> int:
 
 def cmd_ci_matrix(args: argparse.Namespace) -> int:
     """Prints `cpu=...`, `gpu=...`, `repros=...` lines for $GITHUB_OUTPUT."""
+    from reprobox.scaleout import jobs
+
     text = sys.stdin.read() if str(args.listing) == "-" else _read(args.listing)
     try:
         listed = json.loads(text)
@@ -217,6 +228,8 @@ def cmd_ci_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_canary_plan(args: argparse.Namespace) -> int:
+    from reprobox.scaleout import jobs
+
     plan = jobs.canary_plan(_settings(args).root)
     print(f"include={json.dumps(plan, separators=(',', ':'))}")
     return 0

@@ -8,7 +8,7 @@ is already the full set), with the lock's hashes checked (a uv lock hashes every
 version, so they hold for another target Python too). Several locks (variants, repros) fill
 one folder: each pin is downloaded once. For a host that brings its own torch
 (`torch_from_host`), torch's family and what only it needs are left out by the host-torch lock
-flavour's own rule (`locks.without_host_torch`).
+flavour's own rule (`host_entries.without_host_torch`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 from reprobox.core.errors import BadInput, EnvError
 from reprobox.core.settings import Settings
 from reprobox.envs import torch_source
+from reprobox.envs.host_entries import without_host_torch
 
 DEFAULT_TAG = "manylinux_2_28_x86_64"  # what the locks target (locks.PLATFORM_TAGS)
 
@@ -99,8 +100,6 @@ def wanted_entries(
     """The entries of every lock, each pin once, and the pins left out because the host
     gives them (with `torch_from_host`, by the host flavour's own rule: torch's family, and
     each lock's platform's `host_packages`)."""
-    from reprobox.envs.locks import without_host_torch  # locks imports this module
-
     wanted: dict[str, str] = {}
     left_out: dict[str, None] = {}
     for lock in locks:

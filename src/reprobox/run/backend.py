@@ -6,15 +6,15 @@ recording), so every back end gets all of it.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Protocol, TextIO
 
 from reprobox.core.cells import Cell
-from reprobox.core.errors import ReproboxError
 from reprobox.core.judge import Launched
 from reprobox.core.spec import LaunchSection, Repro
+from reprobox.envs.torch_source import HostTorch
 
 RESULT_FILE = "result.json"
 PLAN_FILE = "plan.json"
@@ -57,6 +57,18 @@ class LaunchRequest:
         return base / PREFLIGHT_DIR if self.preflight is not None else base
 
 
+class Handle(Protocol):
+    """What a back end prepared (a venv, an image), as the pipeline reads it: the host's
+    torch it imports with REPROBOX_TORCH_SOURCE=host (None: it runs its own torch), and
+    the host flavour of the lock it installed (None: the lock itself)."""
+
+    @property
+    def host_torch(self) -> HostTorch | None: ...
+
+    @property
+    def host_lock(self) -> Path | None: ...
+
+
 @dataclass(frozen=True)
 class Prepared:
     """An environment (or image) ready to launch in."""
@@ -66,12 +78,22 @@ class Prepared:
     lock_hash: str
     runner: str  # "venv", or the engine and image
     env_s: float
+    handle: Handle  # the back end's own (a venv, an image)
     torch_source: str = ""  # where torch came from, in words without local paths
-    handle: Any = None  # the back end's own (a venv, an image)
+
+
+@dataclass(frozen=True)
+class NoHandle:
+    """The handle of a back end with nothing of its own to hand on (test fakes)."""
+
+    host_torch: HostTorch | None = None
+    host_lock: Path | None = None
 
 
 class Backend(Protocol):
-    """Where launches run: a local venv, a container engine, a cluster scheduler."""
+    """Where launches run: a local venv, a container engine, a cluster scheduler. What a
+    back end can do beyond this (many launches as one unit, launches from several threads,
+    cancellation) is declared in run/capabilities.py and checked there alone."""
 
     name: str
 
@@ -83,23 +105,22 @@ class Backend(Protocol):
         """The command line of the launch as a person would type it (for the record)."""
         ...
 
+    def env_names(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
+        """The names of the variables the launched processes start with (for the record;
+        never their values)."""
+        ...
+
     def launch(self, prepared: Prepared, request: LaunchRequest) -> Launched:
         """Run the request to its end or timeout; on KeyboardInterrupt stop everything it
         started and re-raise."""
         ...
 
 
-class LaunchesMany(Protocol):
-    """A back end that can hand several launches to its scheduler as one unit (Slurm: one
-    array job), cheaper to submit and to cancel than one by one. Optional: the pipeline
-    uses `launch_many` for a run of several launches when the back end has it, else it
-    calls `launch` once per launch."""
-
-    def launch_many(
-        self, launches: Sequence[tuple[Prepared, LaunchRequest]], workers: int
-    ) -> Generator[tuple[int, Launched | ReproboxError], None, None]:
-        """Start every launch, at most `workers` running at once, and yield (index, how it
-        ended: Launched, or the ReproboxError that ended it) as each ends, in the order they
-        end. A failure of the whole submission raises; so does an interrupt. Closing the
-        iterator early (or an exception) stops every launch still running or queued."""
-        ...
+def plan_text(request: LaunchRequest, result_paths: list[str]) -> str:
+    """The batch plan file (repros/README.md, "Batching"), with each case's result path as
+    the launched processes see it (a back end writes it where its launch reads it)."""
+    cases = [
+        {"args": list(case.args), "result": path}
+        for case, path in zip(request.cases, result_paths, strict=True)
+    ]
+    return json.dumps({"cases": cases}, indent=2) + "\n"

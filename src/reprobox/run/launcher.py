@@ -47,6 +47,7 @@ from reprobox.run.guard import (
     prctl,
     sweep_stale_runs,
 )
+from reprobox.run.layout import launcher_argv
 from reprobox.run.logs import bound_logs, collect_rank_logs
 
 RUN_ID_ENV = watchdog.RUN_ID_ENV
@@ -84,32 +85,11 @@ class LaunchPlan:
 
     def argv(self) -> list[str]:
         """The command line a person would type (also what the report quotes)."""
-        script = [str(self.script), *self.script_args]
-        if self.launcher == "torchrun":
-            # Underscore spellings: the only ones torch < 2.1 understands.
-            logs = ["--log_dir", str(self.log_dir / "torchrun"), "--tee", "3"]
-            return [
-                str(self.bin_dir / "torchrun"),
-                *("--nnodes", "1", "--nproc_per_node", str(self.processes)),
-                *("--master_addr", "127.0.0.1", "--master_port", str(self.port)),
-                *(logs if self.rank_logs else []),
-                *self.launcher_args,
-                *script,
-            ]
-        if self.launcher == "accelerate":
-            config = ["--config_file", str(self.config)] if self.config else []
-            # --tee prefixes each rank's lines ("[default1]:"), so launch.log splits per
-            # rank; accelerate < 0.34 has no --log_dir to pass on.
-            return [
-                str(self.bin_dir / "accelerate"),
-                "launch",
-                *config,
-                *("--num_processes", str(self.processes), "--main_process_port", str(self.port)),
-                *(["--tee", "3"] if self.rank_logs else []),
-                *self.launcher_args,
-                *script,
-            ]
-        return [str(self.bin_dir / "python"), *self.launcher_args, *script]
+        return launcher_argv(
+            self.launcher, self.bin_dir, self.processes, self.script, self.script_args,
+            launcher_args=self.launcher_args, config=self.config, port=self.port,
+            log_dir=self.log_dir, rank_logs=self.rank_logs,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

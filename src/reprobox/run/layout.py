@@ -1,12 +1,14 @@
 """Where things are inside a repro's image, and the command the image runs: written once,
-for the Dockerfile template, the container back end and Kubernetes pods alike."""
+for the Dockerfile template, the container back end and Kubernetes pods alike. The
+launcher's command line (`launcher_argv`) is written here too, pure, for the host's
+launches and the image's alike. Imports only core."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from reprobox.core.spec import Repro
-from reprobox.run.launcher import LaunchPlan
 
 IMAGE_USER = "10001"  # the image's non-root user (uid and gid)
 IMAGE_UID = int(IMAGE_USER)
@@ -43,18 +45,51 @@ def container_argv(
         args += preflight
     elif launcher == "python" and processes > 1:
         launcher, launcher_args = "torchrun", []
-    plan = LaunchPlan(
-        launcher=launcher,
-        bin_dir=IN_IMAGE["venv"] / "bin",
-        processes=processes,
-        script=IN_IMAGE["repro"] / repro.spec.repro.script,
-        script_args=args,
-        timeout=spec.timeout,
-        log_dir=OUT,
-        cwd=IN_IMAGE["repro"],
-        launcher_args=launcher_args,
+    return launcher_argv(
+        launcher, IN_IMAGE["venv"] / "bin", processes, IN_IMAGE["repro"] / repro.spec.repro.script,
+        args, launcher_args=launcher_args, port=IMAGE_PORT, log_dir=OUT, rank_logs=rank_logs,
         config=IN_IMAGE["repro"] / spec.config if spec.config and preflight is None else None,
-        port=IMAGE_PORT,
-        rank_logs=rank_logs,
-    )
-    return plan.argv()
+    )  # fmt: skip
+
+
+def launcher_argv(
+    launcher: str,
+    bin_dir: Path,
+    processes: int,
+    script: Path,
+    script_args: Sequence[str],
+    *,
+    launcher_args: Sequence[str] = (),
+    config: Path | None = None,
+    port: int = 0,
+    log_dir: Path,
+    rank_logs: bool = True,
+) -> list[str]:
+    """The command line that starts a launch with `launcher` (torchrun, accelerate or
+    python) from `bin_dir`, as a person would type it (also what the report quotes)."""
+    command = [str(script), *script_args]
+    if launcher == "torchrun":
+        # Underscore spellings: the only ones torch < 2.1 understands.
+        logs = ["--log_dir", str(log_dir / "torchrun"), "--tee", "3"]
+        return [
+            str(bin_dir / "torchrun"),
+            *("--nnodes", "1", "--nproc_per_node", str(processes)),
+            *("--master_addr", "127.0.0.1", "--master_port", str(port)),
+            *(logs if rank_logs else []),
+            *launcher_args,
+            *command,
+        ]
+    if launcher == "accelerate":
+        config_file = ["--config_file", str(config)] if config else []
+        # --tee prefixes each rank's lines ("[default1]:"), so launch.log splits per
+        # rank; accelerate < 0.34 has no --log_dir to pass on.
+        return [
+            str(bin_dir / "accelerate"),
+            "launch",
+            *config_file,
+            *("--num_processes", str(processes), "--main_process_port", str(port)),
+            *(["--tee", "3"] if rank_logs else []),
+            *launcher_args,
+            *command,
+        ]
+    return [str(bin_dir / "python"), *launcher_args, *command]

@@ -9,31 +9,43 @@ cells it interrupted. What was measured is never deleted.
 
 from __future__ import annotations
 
-import errno
-import json
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import closing, contextmanager
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO, cast
+from typing import TextIO
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
-
-from reprobox.core.cells import Cell, is_source, script_args
-from reprobox.core.errors import BadInput, CannotTestHere, ExitCode, ReproboxError
-from reprobox.core.files import atomic_write
-from reprobox.core.judge import Judgement, Launched, Status, judge, peek_verdict
-from reprobox.core.protocol import SCHEMA_VERSION, Verdict
+from reprobox.core.cells import Cell, script_args
+from reprobox.core.errors import CannotTestHere, ExitCode, ReproboxError
+from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
-from reprobox.core.spec import Repro, merge_pins
-from reprobox.envs import git, locks, venvs
-from reprobox.envs.torch_source import HostTorch
-from reprobox.run.backend import Backend, Case, LaunchesMany, LaunchRequest, Prepared
+from reprobox.core.spec import Repro
+from reprobox.run import capabilities, host_check
+from reprobox.run.backend import Backend, Case, LaunchRequest, Prepared
+from reprobox.run.capabilities import LaunchesConcurrently, LaunchesMany
+
+# What callers of the pipeline ask of locks and environments (run/environments.py).
+from reprobox.run.environments import ensure_env as ensure_env
+from reprobox.run.environments import env_inputs as env_inputs
+from reprobox.run.environments import lock_for as lock_for
+from reprobox.run.environments import lock_path as lock_path
+from reprobox.run.environments import lock_request as lock_request
+from reprobox.run.environments import resolve_sources as resolve_sources
+from reprobox.run.pending import (
+    Pending,
+    cannot_test,
+    finish,
+    judge_case,
+    judge_launch,
+    recording,
+    remove_if_empty,
+    save,
+)
+from reprobox.run.pending import exit_code as exit_code
 
 STOPPED_MID_LAUNCH = (
     "no verdict was recorded for this launch: the harness was killed, or could not write "
@@ -51,136 +63,7 @@ class RunOptions:
     workers: int = 1  # launches at once, on a back end that allows it (`concurrent`)
 
 
-# ---- locks and environments (what every back end installs) ---------------------------------
-
-
-def lock_path(repro: Repro, variant: str, platform: str) -> Path:
-    """The committed lock of a variant (what the image installs, too)."""
-    return repro.dir / "locks" / f"{variant}.{platform}.txt"
-
-
-def lock_request(
-    repro: Repro, variant: str, platform: str = "cpu", overrides: dict[str, str] | None = None
-) -> locks.LockRequest:
-    """What a variant's lock is made from. An override is a version (`name==v`) or a built
-    wheel (`name @ file:///...whl`, see `resolve_sources`)."""
-    versions = {k: v for k, v in (overrides or {}).items() if not is_source(v)}
-    wheels = [f"{k} @ {v}" for k, v in (overrides or {}).items() if is_source(v)]
-    return locks.LockRequest(
-        requirements=tuple(merge_pins(repro.requirements(variant, platform, versions), wheels)),
-        python=repro.python(platform),
-        platform=platform,
-        exclude_newer=repro.spec.env.exclude_newer,
-    )
-
-
-def lock_for(
-    repro: Repro,
-    variant: str,
-    platform: str = "cpu",
-    overrides: dict[str, str] | None = None,
-    *,
-    settings: Settings,
-) -> Path:
-    """The committed lock when the variant runs at its own pins (in the CPU build of torch),
-    else a cached one (also the pypi flavour of torch, REPROBOX_TORCH_SOURCE=pypi)."""
-    if settings.torch_source == "host":
-        host_range(repro, platform)  # none stated: bad input, before anything is installed
-    overrides, _ = resolve_sources(overrides, settings)
-    request = lock_request(repro, variant, platform, overrides)
-    committed = lock_path(repro, variant, platform)
-    own_pins = not overrides and settings.torch_source != "pypi"
-    if own_pins and committed.is_file():
-        shown = str(committed.relative_to(repro.dir.parent.parent))
-        if locks.lock_input_hash(committed) != request.input_hash:
-            raise BadInput(
-                f"{shown} is stale: repro.toml changed "
-                f"since it was generated; run `nox -s lock -- {repro.name}`"
-            )
-        locks.check_body(committed, shown)  # edited with its header kept: integrity error
-        return committed
-    return locks.cached_lock(request, settings)
-
-
-def host_range(repro: Repro, platform: str) -> SpecifierSet:
-    """The host torch versions the repro accepts on `platform` ([platforms.NAME] host_torch),
-    which REPROBOX_TORCH_SOURCE=host needs: a repro that states none was never said to work
-    with any torch but its own (bad input, exit 2)."""
-    wanted = repro.platform(platform).host_torch_range
-    if wanted is None:
-        raise BadInput(
-            f"REPROBOX_TORCH_SOURCE=host: {repro.name} states no host_torch range for platform "
-            f'{platform} (add host_torch = ">=X.Y" under [platforms.{platform}] in repro.toml)'
-        )
-    return wanted
-
-
-def resolve_sources(
-    overrides: dict[str, str] | None, settings: Settings
-) -> tuple[dict[str, str], dict[str, str]]:
-    """Overrides with each git ref or checkout replaced by the wheel built from it, and
-    package -> the commit that wheel holds (what the record names). A branch resolves once
-    per process, a sha never moves; a ref that does not exist is bad input (exit 2), a
-    commit that does not build an environment failure (exit 3)."""
-    resolved: dict[str, str] = {}
-    commits: dict[str, str] = {}
-    for package, value in (overrides or {}).items():
-        if not is_source(value) or value.endswith(".whl"):
-            resolved[package] = value
-            continue
-        source = git.resolve_source(package, value, settings)
-        resolved[package] = source.requirement.split(" @ ", 1)[1]
-        commits[package] = source.commit
-    return resolved, commits
-
-
-def env_inputs(repro: Repro, platform: str) -> tuple[str, dict[str, str], list[str]]:
-    """What besides the lock makes an environment: python, install env, late source builds."""
-    return repro.python(platform), repro.install_env(platform), repro.spec.env.no_build_isolation
-
-
-def ensure_env(repro: Repro, lock: Path, platform: str, *, settings: Settings) -> venvs.Env:
-    """The repro's environment for `lock` on `platform`, created if needed."""
-    host_packages = list(repro.platform(platform).host_package_ranges)
-    return venvs.ensure_env(
-        lock, *env_inputs(repro, platform), settings=settings, host_packages=host_packages
-    )
-
-
 # ---- the pipeline ---------------------------------------------------------------------------
-
-
-@dataclass
-class Pending:
-    """A cell on its way through the pipeline: its record fills in as steps succeed."""
-
-    cell: Cell
-    record: Record
-    run_dir: Path
-    prepared: Prepared | None = None
-
-    @property
-    def open(self) -> bool:
-        """Still to be launched: nothing failed and no verdict yet (e.g. from preflight)."""
-        return self.record.exit_code == 0 and self.record.verdict is None
-
-
-@contextmanager
-def recording(pending: list[Pending]):  # type: ignore[no-untyped-def]
-    """Turn a failure of this step into the records of these cells; save them on an
-    interrupt (Ctrl-C, SIGTERM, SIGHUP), with the interrupt's own exit code."""
-    try:
-        yield
-    except ReproboxError as exc:
-        for item in pending:
-            item.record.reason, item.record.exit_code = str(exc), int(exc.exit_code)
-    except KeyboardInterrupt as exc:
-        code = int(getattr(exc, "exit_code", ExitCode.INTERRUPTED))
-        for item in pending:
-            if item.record.status == Status.ERROR.value and item.record.verdict is None:
-                item.record.reason, item.record.exit_code = "interrupted", code
-            _save(item.record)
-        raise
 
 
 def run_cells(
@@ -207,20 +90,22 @@ def run_cells(
                 _preflight(repro, item, backend, options, settings)
         ready = [item for item in pending if item.open]
         groups = _groups(repro, ready)
-        if len(groups) > 1 and hasattr(backend, "launch_many"):
-            _launch_many(repro, groups, backend, options, records, on_start, on_record)
-        elif options.workers > 1 and len(groups) > 1 and getattr(backend, "concurrent", False):
-            _launch_concurrently(repro, groups, backend, options, records, on_start, on_record)
+        many = capabilities.many(backend) if len(groups) > 1 else None
+        threads = capabilities.concurrent(backend) if options.workers > 1 else None
+        if many is not None:
+            _launch_many(repro, groups, many, options, records, on_start, on_record)
+        elif threads is not None and len(groups) > 1:
+            _launch_concurrently(repro, groups, threads, options, records, on_start, on_record)
         else:
             for group in groups:
                 if on_start is not None:
                     on_start([item.cell for item in group])
                 _launch_group(repro, group, backend, options)
-                _finish(group, records, on_record)
-        _finish([item for item in pending if item not in ready], records, on_record)
+                finish(group, records, on_record)
+        finish([item for item in pending if item not in ready], records, on_record)
     finally:
         for item in pending:
-            _remove_if_empty(item.run_dir)
+            remove_if_empty(item.run_dir)
     order = {id(item.record): index for index, item in enumerate(pending)}
     return sorted(records, key=lambda r: order[id(r)])
 
@@ -228,7 +113,7 @@ def run_cells(
 def _launch_concurrently(
     repro: Repro,
     groups: list[list[Pending]],
-    backend: Backend,
+    backend: LaunchesConcurrently,
     options: RunOptions,
     records: list[Record],
     on_start: Callable[[list[Cell]], None] | None,
@@ -253,11 +138,10 @@ def _launch_concurrently(
             while running:
                 done, running = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in done:
-                    _finish(future.result(), records, on_record)
+                    finish(future.result(), records, on_record)
         except BaseException as exc:
-            cancel = getattr(backend, "cancel_all", None)
-            if isinstance(exc, KeyboardInterrupt) and cancel is not None:
-                cancel()
+            if isinstance(exc, KeyboardInterrupt):
+                backend.cancel_all()
             for future in running:
                 future.exception()  # wait: the interrupted launches save their records
             raise
@@ -266,7 +150,7 @@ def _launch_concurrently(
 def _launch_many(
     repro: Repro,
     groups: list[list[Pending]],
-    backend: Backend,
+    backend: LaunchesMany,
     options: RunOptions,
     records: list[Record],
     on_start: Callable[[list[Cell]], None] | None,
@@ -276,7 +160,6 @@ def _launch_many(
     most `options.workers` running; each is judged and recorded as it ends, not when the
     slowest does. A failed submission is the record of every launch not yet ended; an
     interrupt stops them all (closing the back end's iterator) and keeps what was saved."""
-    many = cast(LaunchesMany, backend)
     requests = [_begin(repro, group, backend, options) for group in groups]
     if on_start is not None:
         for group in groups:
@@ -285,7 +168,7 @@ def _launch_many(
     left: list[Pending] = [item for group in groups for item in group]
     launches = [(_prepared(g), request) for g, request in zip(groups, requests, strict=True)]
     with recording(left):  # a failed submission, or an interrupt: every launch not ended
-        with closing(many.launch_many(launches, options.workers)) as ended:
+        with closing(backend.launch_many(launches, options.workers)) as ended:
             for index, outcome in ended:
                 group = waiting.pop(index)
                 for item in group:
@@ -293,10 +176,10 @@ def _launch_many(
                 with recording(group):
                     if isinstance(outcome, ReproboxError):
                         raise outcome
-                    _judge_launch(repro, group, requests[index], outcome)
-                _finish(group, records, on_record)
+                    judge_launch(repro, group, requests[index], outcome)
+                finish(group, records, on_record)
     for group in waiting.values():  # the submission failed: their records say why
-        _finish(group, records, on_record)
+        finish(group, records, on_record)
 
 
 def _prepared(group: list[Pending]) -> Prepared:
@@ -393,64 +276,13 @@ def _preflight(
         )
 
 
-HOST_RESULT_BY = "reprobox: the host's torch, checked before launching"
-
-
 def _host_torch(repro: Repro, item: Pending) -> None:
     """Record the host's torch the cell's environment imports, and end the cell cannot-test
-    (through the judge, like a script's own preflight) when its version is outside the
-    repro's `host_torch` range, or a `host_packages` entry is missing or outside its range.
-    A development build (`2.6.0a0+git...`, as NGC images ship) counts as its release: a
-    range would otherwise refuse every such build silently."""
+    (through the judge, like a script's own preflight) when `host_check` finds it unfit."""
     assert item.prepared is not None
-    platform = item.cell.platform
-    wanted = host_range(repro, platform)
-    host: HostTorch | None = getattr(item.prepared.handle, "host_torch", None)
-    if host is None:
-        raise BadInput(
-            f"REPROBOX_TORCH_SOURCE=host: the {item.prepared.runner} back end does not run "
-            "with the host's torch; use the venv (or slurm) back end"
-        )
-    item.record.host_torch = host.record(repro.python(platform))
-    host_lock = getattr(item.prepared.handle, "host_lock", None)
-    if host_lock is not None:  # what was installed: `lock` is what it was derived from
-        item.record.host_torch["lock"] = str(host_lock)
-    where = f"{repro.name} accepts on platform {platform}"
-    problem = _outside("torch", host.version, wanted, where)
-    found = {name: version for name, version, _ in host.packages}
-    for name, wanted_range in repro.platform(platform).host_package_ranges.items():
-        if problem is not None:
-            break
-        if name in host.missing:
-            section = f"[platforms.{platform}] host_packages"
-            problem = f"the host has no {name}, which {repro.name}'s {section} takes from it"
-        else:
-            problem = _outside(name, found[name], wanted_range, where)
+    item.record.host_torch, problem = host_check.check(repro, item.cell.platform, item.prepared)
     if problem is not None:
-        cannot_test(repro, item, f"cannot test here: {problem}", HOST_RESULT_BY)
-
-
-def _outside(name: str, version: str, wanted: SpecifierSet, where: str) -> str | None:
-    """Why the host's `name` `version` is not in `wanted`, or None. A development build
-    (`2.6.0a0+git...`) counts as its release."""
-    try:
-        if wanted.contains(Version(version), prereleases=True):
-            return None
-        why = f"is outside the range {where}"
-    except InvalidVersion:
-        why = "is not a version the range can be checked against"
-    field = "host_torch" if name == "torch" else f"host_packages.{name}"
-    return f"the host's {name} {version} {why} ({field} = {wanted!s})"
-
-
-def cannot_test(repro: Repro, item: Pending, reason: str, by: str) -> None:
-    """End a cell "cannot test here" on the harness's own finding (`by`), through the one
-    judge as a script's cannot-test result would: the result names who decided."""
-    case = Case(item.cell, tuple(script_args(repro, item.cell)), item.run_dir)
-    result = {"schema": SCHEMA_VERSION, "verdict": Verdict.CANNOT_TEST.value, "reason": reason}
-    atomic_write(case.result, json.dumps({**result, "metrics": {}, "by": by}))
-    launched = Launched(logs=item.run_dir)
-    item.record.apply(judge_case(repro, case, launched, [Verdict.CANNOT_TEST]), launched)
+        cannot_test(repro, item, f"cannot test here: {problem}", host_check.HOST_RESULT_BY)
 
 
 def _launch_group(
@@ -461,7 +293,7 @@ def _launch_group(
     request = _begin(repro, group, backend, options)
     with recording(group):
         assert group[0].prepared is not None
-        _judge_launch(repro, group, request, backend.launch(group[0].prepared, request))
+        judge_launch(repro, group, request, backend.launch(group[0].prepared, request))
 
 
 def _begin(
@@ -473,8 +305,7 @@ def _begin(
     assert lead.prepared is not None
     request = _request(repro, group, options)
     command = backend.command(lead.prepared, request)
-    # Which variables the launched processes got (names only): a back end that says.
-    names: list[str] = getattr(backend, "env_names", lambda p, r: [])(lead.prepared, request)
+    names = backend.env_names(lead.prepared, request)  # never their values
     for item in group:
         item.record.command = command
         item.record.env_names = list(names)
@@ -483,31 +314,9 @@ def _begin(
     for item in group:  # if the harness itself is killed (-9) mid-launch, this says so
         item.record.reason = STOPPED_MID_LAUNCH
         item.record.exit_code = int(ExitCode.HARNESS_FAILED)
-        _save(item.record)
+        save(item.record)
         item.record.reason, item.record.exit_code = "", 0
     return request
-
-
-def _judge_launch(
-    repro: Repro, group: list[Pending], request: LaunchRequest, launched: Launched
-) -> None:
-    """Each case of an ended launch through the one judge."""
-    verdicts = [peek_verdict(case.result) for case in request.cases]
-    known = [v for v in verdicts if v is not None]
-    for item, case in zip(group, request.cases, strict=True):
-        # A batch's ranks exit with the code of all its cases together.
-        together = known if len(group) > 1 and len(known) == len(group) else None
-        item.record.apply(judge_case(repro, case, launched, together), launched)
-
-
-def judge_case(
-    repro: Repro, case: Case, launched: Launched, verdicts: list[Verdict] | None
-) -> Judgement:
-    """The one judge, with the variant's own rule and the cell's expectation."""
-    cell = case.cell
-    return judge(
-        repro.rules(cell.variant), cell.expect, cell.also_ok, case.result, launched, verdicts
-    )
 
 
 def launch_key(repro: Repro, item: Pending) -> Hashable:
@@ -531,62 +340,3 @@ def _groups(repro: Repro, pending: list[Pending]) -> list[list[Pending]]:
     for item in pending:
         groups.setdefault(launch_key(repro, item), []).append(item)
     return list(groups.values())
-
-
-def _finish(
-    group: list[Pending], records: list[Record], on_record: Callable[[Record], None] | None
-) -> None:
-    for item in group:
-        _save(item.record)
-        records.append(item.record)
-        if on_record is not None:
-            on_record(item.record)
-
-
-def _save(record: Record) -> None:
-    """Save a record; a full or read-only results folder is one plain error, and what the
-    run wrote (result, logs) stays where it is."""
-    try:
-        record.save()
-    except OSError as exc:
-        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-        why = "the disk is full" if full else (exc.strerror or str(exc))
-        raise ReproboxError(
-            f"cannot save the record of {record.repro} {record.label}: {why}; what was "
-            f"measured is kept in {record.dir}",
-            exit_code=ExitCode.HARNESS_FAILED,
-        ) from None
-
-
-def _remove_if_empty(run_dir: Path) -> None:
-    """Drop the folder of a cell that never started; never one holding anything."""
-    for path in (run_dir, run_dir.parent):
-        try:
-            path.rmdir()
-        except OSError:
-            return
-
-
-def plan_text(request: LaunchRequest, result_paths: list[str]) -> str:
-    """The batch plan file (repros/README.md, "Batching"), with each case's result path as
-    the launched processes see it."""
-    cases = [
-        {"args": list(case.args), "result": path}
-        for case, path in zip(request.cases, result_paths, strict=True)
-    ]
-    return json.dumps({"cases": cases}, indent=2) + "\n"
-
-
-def exit_code(records: Iterable[Record]) -> ExitCode:
-    """First error's code; else FAILED when a clean or reproduced verdict missed its
-    expectation; else CANNOT_TEST when a cell could not be tested here (each record's code
-    is the judge's); else OK."""
-    records = list(records)
-    for record in records:
-        if record.status == Status.ERROR.value:
-            return ExitCode(record.exit_code)
-    codes = {r.exit_code for r in records}
-    for code in (ExitCode.FAILED, ExitCode.CANNOT_TEST):
-        if code in codes:
-            return code
-    return ExitCode.OK

@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from reprobox.core.cells import Cell
 from reprobox.core.errors import ExitCode, LaunchError, ReproboxError, interrupt_code
@@ -152,7 +152,7 @@ class DetachedBackend:
     threads at once (`--workers K`). `cancel_all` stops every launch still running."""
 
     name = "venv"
-    concurrent = True
+    concurrent: Literal[True] = True
 
     def __init__(self, settings: Settings) -> None:
         self.venv = VenvBackend(settings)
@@ -165,8 +165,7 @@ class DetachedBackend:
 
     def env_names(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
         """The variables the launched processes start with (names only, for the record)."""
-        names = getattr(self.venv, "env_names", None)
-        return list(names(prepared, request)) if names is not None else []
+        return self.venv.env_names(prepared, request)
 
     def command(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
         return self.venv.command(prepared, request)

@@ -44,6 +44,7 @@ import uuid
 from collections.abc import Generator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 from reprobox.core.cells import Cell
 from reprobox.core.errors import (
@@ -139,7 +140,7 @@ class SlurmBackend:
     a run of several launches as one array job (`launch_many`)."""
 
     name = "slurm"
-    concurrent = True
+    concurrent: Literal[True] = True
 
     def __init__(
         self,
@@ -255,8 +256,7 @@ class SlurmBackend:
 
     def env_names(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
         """The variables the launched processes start with (names only, for the record)."""
-        names = getattr(self.venv, "env_names", None)
-        return list(names(prepared, request)) if names is not None else []
+        return self.venv.env_names(prepared, request)
 
     def command(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
         inner = shlex.join(self.venv.command(prepared, request))

@@ -14,9 +14,23 @@ from reprobox.core.settings import Settings, repro_cache
 from reprobox.core.spec import Repro
 from reprobox.envs import venvs
 from reprobox.run import devices, launcher
-from reprobox.run.backend import PLAN_FILE, PREFLIGHT_LOG, LaunchRequest, Prepared
+from reprobox.run.backend import (
+    PLAN_FILE,
+    PREFLIGHT_LOG,
+    Handle,
+    LaunchRequest,
+    Prepared,
+    plan_text,
+)
+from reprobox.run.environments import ensure_env
 from reprobox.run.exits import last_error, launcher_exits, rank_exits
-from reprobox.run.pipeline import ensure_env, plan_text
+
+
+def venv_of(handle: Handle) -> venvs.Env:
+    """The venv a venv back end prepared (a handle of another back end is a harness bug)."""
+    if not isinstance(handle, venvs.Env):
+        raise TypeError(f"not a venv: {type(handle).__name__}")
+    return handle
 
 
 class VenvBackend:
@@ -45,7 +59,7 @@ class VenvBackend:
 
     def plan(self, prepared: Prepared, request: LaunchRequest) -> launcher.LaunchPlan:
         """The launcher plan: the repro's launcher, or one plain process for a preflight."""
-        env: venvs.Env = prepared.handle
+        env = venv_of(prepared.handle)
         spec, lead = request.launch, request.lead
         cache = str(repro_cache(self.settings, request.repro.name))
         protocol = {RESULT_ENV: str(lead.result)}
