@@ -42,7 +42,7 @@ from reprobox.bisect.summary import (
     runs_dir,
     write_summary,
 )
-from reprobox.core import cells as matrix
+from reprobox.core.cells import Cell, make_cell
 from reprobox.core.errors import BadInput
 from reprobox.envs import locks
 from reprobox.envs.index import PackageIndex
@@ -190,8 +190,8 @@ def date_bisect(
             def lock_of(item: DateItem) -> Path:
                 return locks.cached_lock(request_of(item), target.settings)
 
-            def cell_of(item: DateItem) -> matrix.Cell:
-                return matrix.make_cell(repro, target.variant, target.packages(), None, platform)
+            def cell_of(item: DateItem) -> Cell:
+                return make_cell(repro, target.variant, target.packages(), None, platform)
 
             probes = pipeline_probes(target, lock_of, cell_of, runs_dir(path))
         else:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reprobox.core import cells as matrix
 from reprobox.core import spec
+from reprobox.core.cells import DEFAULT_CELL, VersionsInRange, matrix_cells
 from reprobox.core.errors import ReproboxError
 from reprobox.core.settings import Settings
 from reprobox.envs.index import IndexAxes, SimpleIndex
@@ -37,7 +37,7 @@ def index_axes() -> IndexAxes:
 
 
 def session_cells(
-    root: Path, name: str, ranges: matrix.VersionsInRange | None = None
+    root: Path, name: str, ranges: VersionsInRange | None = None
 ) -> tuple[list[str], list[SessionCell], str]:
     """(parameter names, cells, warning) for `repro_<name>`; the default cell comes first.
 
@@ -47,7 +47,7 @@ def session_cells(
     repro = spec.load(root, name)
     warning = ""
     try:
-        cells = matrix.matrix_cells(repro, ranges)
+        cells = matrix_cells(repro, ranges)
     except ReproboxError as exc:
         cells, warning = [], f"matrix of {name} left out: {exc}"
     if isinstance(ranges, IndexAxes) and ranges.notes():
@@ -56,7 +56,7 @@ def session_cells(
     names = ["repro", "variant", *axes]
     default = SessionCell(
         id=DEFAULT_CELL_ID,
-        call_spec={"repro": name, "variant": matrix.DEFAULT_CELL, **dict.fromkeys(axes)},
+        call_spec={"repro": name, "variant": DEFAULT_CELL, **dict.fromkeys(axes)},
         tags=[DEFAULT_TAG],
     )
     found = [default]
