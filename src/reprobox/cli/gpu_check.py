@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from reprobox.cli import ui
+from reprobox.cli import options, ui
 from reprobox.core.errors import BadInput, ExitCode, ReproboxError
 from reprobox.run import interrupts
 
@@ -96,10 +96,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "gpu-check",
         help="the prepared check of a one-GPU host: kl's 1-GPU pair and signed KL, lm_head",
     )
-    parser.add_argument(
-        "--wheelhouse", type=Path,
-        help="install from this folder alone (default: REPROBOX_WHEELHOUSE, else the index)",
-    )  # fmt: skip
+    options.add(parser, "wheelhouse")
     parser.add_argument(
         "--out", type=Path, default=Path("gpu-check.json"), help="the JSON to write"
     )
@@ -332,9 +329,7 @@ def run_plan(
 
 
 def cmd_gpu_check(args: argparse.Namespace) -> int:
-    from reprobox.core.settings import Settings
-
-    settings = getattr(args, "settings", None) or Settings.from_env()
+    settings = options.settings(args)
     started = time.monotonic()
     wheelhouse = args.wheelhouse or settings.wheelhouse
     house = wheelhouse_summary(wheelhouse.resolve() if wheelhouse else None)
