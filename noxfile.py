@@ -12,6 +12,7 @@ nox -s gpu_check [-- ARGS]     a one-GPU host with its own torch: verdicts as on
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -22,7 +23,9 @@ from reprobox.scaleout import noxview
 
 ROOT = Path(__file__).parent
 HARNESS = [sys.executable, "-m", "reprobox"]  # the interpreter running nox has the harness
-AXES = noxview.index_axes()  # matrix range axes, resolved against the index of the settings
+AXES = noxview.index_axes(
+    os.environ
+)  # matrix range axes, resolved against the index of the settings
 
 nox.needs_version = ">=2026.10.20"
 nox.options.default_venv_backend = "uv"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 from contextlib import AbstractContextManager, nullcontext
@@ -80,7 +79,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     if (args.dry_run or args.edit_last) and target is None:
         raise PostError("--dry-run and --edit-last go with --post OWNER/REPO#N")
     since = parse_since(args.since) if args.since else None
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
     wanted = ReportOptions(
         out=args.out,
         results=settings.results,
@@ -88,7 +86,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         only=tuple(args.only),
         since=since,
         posting_to=str(target) if target else None,
-        step_summary=Path(summary) if summary else None,
+        step_summary=settings.step_summary,
+        ci_run_url=settings.ci_run_url,
     )
     with _progress() as status:
 

@@ -8,6 +8,7 @@ from `nox --json -l`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,10 +31,10 @@ class SessionCell:
     args: list[str] = field(default_factory=list)  # for `reprobox run <repro>`
 
 
-def index_axes() -> IndexAxes:
-    """Range axes resolved against the index this process's settings name (nox is an entry
-    point of its own: the settings are read here, once per noxfile)."""
-    return IndexAxes(SimpleIndex.from_settings(Settings.from_env()))
+def index_axes(environ: Mapping[str, str]) -> IndexAxes:
+    """Range axes resolved against the index the settings in `environ` name (nox is an entry
+    point of its own: the noxfile passes its environment, once)."""
+    return IndexAxes(SimpleIndex.from_settings(Settings.from_env(environ)))
 
 
 def session_cells(
