@@ -21,6 +21,7 @@ from packaging.utils import canonicalize_name
 from reprobox.bisect.summary import BisectSummary
 from reprobox.core import spec
 from reprobox.core.errors import BadInput
+from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
 from reprobox.report import answers, data, plots
@@ -133,7 +134,7 @@ class Builder:
             bug = self.bug_record()
             rules = self._rules(bug.variant if bug else self.variants[0])
             rule = " and ".join(f"{md.code(r.metric)} <= {r.above:g}" for r in rules)
-            clean = [r.label for r in self.judged if r.verdict == "clean"]
+            clean = [r.label for r in self.judged if r.verdict == Verdict.CLEAN]
             like = f", as with {names(clean)}" if clean else ""
             text = f"The run is clean: {rule}{like}."
         else:
@@ -231,7 +232,7 @@ class Builder:
             rows = []
             for r in self.judged:
                 verdict = f"{_MARK.get(r.status, '')} {r.verdict or 'error'}"
-                if r.status in ("mismatch", "error"):
+                if r.status in (Status.MISMATCH, Status.ERROR):
                     verdict += f" (expected {r.expect})"
                 rows.append(
                     [md.code(r.label), verdict, *(md.number(r.metrics.get(m)) for m in metrics)]
@@ -310,7 +311,7 @@ class Builder:
                     continue
                 r = found[0]
                 shown = f"{_MARK.get(r.status, '')} {r.verdict or 'error'}"
-                if r.status in ("mismatch", "error"):
+                if r.status in (Status.MISMATCH, Status.ERROR):
                     shown += f" (expected {r.expect})"
                 row.append(shown)
             rows.append(row)
@@ -360,7 +361,7 @@ class Builder:
         """Cells that ran and did not end as expected, with their log tails."""
         lines = []
         for record in self.ran:
-            if record.status not in ("error", "mismatch"):
+            if record.status not in (Status.ERROR, Status.MISMATCH):
                 continue
             log_dir = Path(record.batch_dir or record.dir)
             tail = _tail(log_dir / "launch.log", LOG_TAIL_LINES)
