@@ -79,8 +79,6 @@ def commit_bisect(
     if name not in repro.pinned_packages():
         raise BadInput(f"{package} is not a package that {repro.name} pins")
     target = pin_overrides(target, [name])  # other packages' sources: one commit each
-    if verify is not None and verify < 0:
-        raise BadInput("--verify must be 0 or more")
     if (good is None) != (bad is None):
         raise BadInput("give both --good and --bad, or neither (to start from a release bisect)")
     url = git.normalize_url(repo or repo_from_metadata(name, settings))
