@@ -352,6 +352,11 @@ def add(parser: argparse.ArgumentParser, *names: str) -> None:
         parser.add_argument(*option.flags, **option.kwargs(os.environ))
 
 
+# Flags several commands spell alike for different things, so each command defines its own:
+# --out/-o (a report folder, a bundle folder, a JSON file, a YAML file), --memory (a
+# container's bound, 16g; a pod's, 32Gi), --dry-run (print the comment; print the plan).
+PER_COMMAND = frozenset({"--out", "-o", "--memory", "--dry-run"})
+
 CELL = ("variant", "packages", "editables", "param", "platform", "timeout")
 BACKEND = ("backend", "partition", "gres", "time", "container_image", "container_mounts")
 SLURM_ONLY = BACKEND[1:]
