@@ -157,8 +157,8 @@ OPTIONS: dict[str, Option] = {
         Option(
             "variant",
             ("--variant",),
-            "a variant (repeatable; default: the default "
-            "variants; a bisect or sweep: its [bisect] variant)",
+            "a variant (repeatable; verdict, bisect and sweep take one; default: the "
+            "default variants, a bisect's or sweep's [bisect] variant)",
             action="append",
             metavar="V",
         ),
