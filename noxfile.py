@@ -12,17 +12,20 @@ nox -s gpu_check [-- ARGS]     a one-GPU host with its own torch: verdicts as on
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import nox
 
 from reprobox.core import spec
-from reprobox.scaleout import noxview as sessions
+from reprobox.scaleout import noxview
 
 ROOT = Path(__file__).parent
 HARNESS = [sys.executable, "-m", "reprobox"]  # the interpreter running nox has the harness
-AXES = sessions.index_axes()  # matrix range axes, resolved against the index of the settings
+AXES = noxview.index_axes(
+    os.environ
+)  # matrix range axes, resolved against the index of the settings
 
 nox.needs_version = ">=2026.10.20"
 nox.options.default_venv_backend = "uv"
@@ -36,7 +39,7 @@ def _harness(session: nox.Session, command: str, *args: str) -> None:
 
 
 def _register_repro(name: str) -> None:
-    names, cells, warning = sessions.session_cells(ROOT, name, AXES)
+    names, cells, warning = noxview.session_cells(ROOT, name, AXES)
 
     def run_cell(session: nox.Session, **call_spec: str | None) -> None:
         if warning:

@@ -161,9 +161,10 @@ def _bisect_cli(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
 ) -> tuple[int, str, str]:
     """The real CLI, in this process, with the fake release list."""
+    from reprobox.cli import cells as cli_cells
     from reprobox.cli import main as cli_main
 
-    monkeypatch.setattr(cli_main, "_index", lambda args: gate_index())
+    monkeypatch.setattr(cli_cells, "index", lambda args: gate_index())
     code = cli_main.main(list(args))
     captured = capsys.readouterr()
     return code, captured.out, captured.err

@@ -207,7 +207,8 @@ def test_bad_refs_and_sources_exit_2_unbuildable_exit_3(
 
 
 def test_a_cell_at_a_source_says_how_to_select_it_again(tmp_path: Path) -> None:
-    from reprobox.cli.main import _overrides, _parser
+    from reprobox.cli.cells import overrides as _overrides
+    from reprobox.cli.main import _parser
     from reprobox.core import spec
     from reprobox.core.cells import make_cell
 

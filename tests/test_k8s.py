@@ -407,7 +407,7 @@ class _FakeIndex:
 
 
 def test_newest_release(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    monkeypatch.setattr(scaleout_cli, "SimpleIndex", _FakeIndex)
+    monkeypatch.setattr("reprobox.envs.index.SimpleIndex", _FakeIndex)
     args = _parse("newest", "trl")
     assert args.handler(args) == 0
     assert capsys.readouterr().out == "0.8.0\n"

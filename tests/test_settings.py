@@ -62,3 +62,20 @@ def test_the_cli_says_so_in_one_line(toy_root: Path, monkeypatch: pytest.MonkeyP
     assert done.stderr.strip().splitlines() == [
         "reprobox: error: REPROBOX_RESULTS='results' must be an absolute path"
     ]
+
+
+def test_the_ci_run_and_step_summary_are_settings(tmp_path: Path) -> None:
+    """GitHub's run variables are read with the others, so nothing below the CLI reads them."""
+    from reprobox.report.build import artifact_hint
+
+    run = {"GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "o/r"}
+    assert Settings.from_env(run).ci_run_url is None  # one part missing: no link guessed
+    settings = Settings.from_env(
+        {**run, "GITHUB_RUN_ID": "42", "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
+    )
+    assert settings.ci_run_url == "https://github.com/o/r/actions/runs/42"
+    assert settings.step_summary == tmp_path / "summary.md"
+    assert artifact_hint(settings.ci_run_url) == (
+        "the artifacts of https://github.com/o/r/actions/runs/42"
+    )
+    assert artifact_hint(None) == "the report folder"

@@ -176,6 +176,7 @@ def test_the_cli_exits_1_on_a_non_monotone_history(
 ) -> None:
     from reprobox.bisect import releases
     from reprobox.bisect import sweep as sweep_module
+    from reprobox.cli import cells as cli_cells
     from reprobox.cli import main as cli_main
 
     hist_target(tmp_path)
@@ -183,7 +184,7 @@ def test_the_cli_exits_1_on_a_non_monotone_history(
     (tmp_path / "noxfile.py").write_text("")
     monkeypatch.setenv("REPROBOX_ROOT", str(tmp_path))
     monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "results"))
-    monkeypatch.setattr(cli_main, "_index", lambda args: transformers_index())
+    monkeypatch.setattr(cli_cells, "index", lambda args: transformers_index())
 
     def fake_probes(*args: object) -> object:
         return transformers_history().probes

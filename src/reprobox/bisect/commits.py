@@ -45,7 +45,7 @@ from reprobox.bisect.summary import (
     verdict_word,
     write_summary,
 )
-from reprobox.core import cells as matrix
+from reprobox.core.cells import Cell, make_cell
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.core.settings import Settings
@@ -79,8 +79,6 @@ def commit_bisect(
     if name not in repro.pinned_packages():
         raise BadInput(f"{package} is not a package that {repro.name} pins")
     target = pin_overrides(target, [name])  # other packages' sources: one commit each
-    if verify is not None and verify < 0:
-        raise BadInput("--verify must be 0 or more")
     if (good is None) != (bad is None):
         raise BadInput("give both --good and --bad, or neither (to start from a release bisect)")
     url = git.normalize_url(repo or repo_from_metadata(name, settings))
@@ -181,8 +179,8 @@ def commit_probes(target: Target, package: str, url: str, runs: Path) -> Probes[
     def lock_of(sha: str) -> Path:
         return pipeline.lock_for(repro, target.variant, platform, source(sha), settings=settings)
 
-    def cell_of(sha: str) -> matrix.Cell:
-        return matrix.make_cell(repro, target.variant, source(sha), None, platform)
+    def cell_of(sha: str) -> Cell:
+        return make_cell(repro, target.variant, source(sha), None, platform)
 
     return pipeline_probes(target, lock_of, cell_of, runs)
 

@@ -42,7 +42,7 @@ from reprobox.bisect.summary import (
     runs_dir,
     write_summary,
 )
-from reprobox.core import cells as matrix
+from reprobox.core.cells import Cell, make_cell
 from reprobox.core.errors import BadInput
 from reprobox.envs import locks
 from reprobox.envs.index import PackageIndex
@@ -165,8 +165,6 @@ def date_bisect(
     for name in floats:
         if canonicalize_name(name) not in pinned:
             raise BadInput(f"--float {name}: not a package that {repro.name} pins")
-    if verify is not None and verify < 0:
-        raise BadInput("--verify must be 0 or more")
     floated = {str(canonicalize_name(f)) for f in floats}
     days = [start + timedelta(days=n) for n in range((end - start).days + 1)]
     target = pin_overrides(target, floated)  # every probe: the same commit of each source
@@ -190,8 +188,8 @@ def date_bisect(
             def lock_of(item: DateItem) -> Path:
                 return locks.cached_lock(request_of(item), target.settings)
 
-            def cell_of(item: DateItem) -> matrix.Cell:
-                return matrix.make_cell(repro, target.variant, target.packages(), None, platform)
+            def cell_of(item: DateItem) -> Cell:
+                return make_cell(repro, target.variant, target.packages(), None, platform)
 
             probes = pipeline_probes(target, lock_of, cell_of, runs_dir(path))
         else:

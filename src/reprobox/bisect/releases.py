@@ -90,10 +90,6 @@ def release_bisect(
     name = canonicalize_name(package)
     if name not in repro.pinned_packages():
         raise BadInput(f"{package} is not a package that {repro.name} pins")
-    if verify is not None and verify < 0:
-        raise BadInput("--verify must be 0 or more")
-    if workers < 1:
-        raise BadInput("--workers must be 1 or more")
     target = pin_overrides(target, [name])  # every probe: the same commit of each source
     chosen = _range_releases(index.releases(package), package, good, bad)
     versions = [str(r.version) for r in chosen]

@@ -102,8 +102,6 @@ def sweep(
     chosen = select(releases, specifier, include_yanked=True)
     if not chosen:
         raise BadInput(f"no release of {name} matches {specifier!r}")
-    if workers < 1:
-        raise BadInput("--workers must be 1 or more")
     versions = [str(v) for v in chosen]
     yanked = sorted(
         {str(r.version) for r in releases if r.yanked} & set(versions), key=versions.index

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from reprobox.cli import ui
+from reprobox.cli import options, ui
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,25 +18,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="write a folder + .tar.gz that runs the repro with no reprobox (uv or pip)",
     )
     bundle.add_argument("repro", help="the repro to bundle")
-    bundle.add_argument(
-        "--variant",
-        action="append",
-        default=[],
-        metavar="V",
-        help="a variant to include (repeatable; default: the default variants)",
-    )
+    options.add(bundle, "variant")
     bundle.add_argument("-o", "--out", type=Path, help="folder (default: results/<repro>/_bundle)")
-    bundle.add_argument("--platform", default="cpu", help="whose locks to bundle (default: cpu)")
+    options.add(bundle, "platform")
     bundle.set_defaults(handler=cmd_bundle)
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
     from reprobox.core import spec
-    from reprobox.core.settings import Settings
     from reprobox.report.bundle import bundle_lock_name, default_out, write_bundle
     from reprobox.run.pipeline import lock_for
 
-    settings = getattr(args, "settings", None) or Settings.from_env()
+    settings = options.settings(args)
     repro = spec.load(settings.root, args.repro)
     variants = list(dict.fromkeys(args.variant)) or repro.default_variants
     for variant in variants:

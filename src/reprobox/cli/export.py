@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from reprobox.cli import ui
+from reprobox.cli import options, ui
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,10 +29,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def cmd_export(args: argparse.Namespace) -> int:
     from reprobox.core import spec
-    from reprobox.core.settings import Settings
     from reprobox.report.export import export
 
-    settings = getattr(args, "settings", None) or Settings.from_env()
+    settings = options.settings(args)
     names = args.repros or spec.discover(settings.root)
     for name in names:
         spec.load(settings.root, name)  # a misspelt name is bad input, not an empty export

@@ -29,8 +29,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from reprobox.cli import ui
+from reprobox.cli import options, ui
 from reprobox.core.errors import BadInput, ExitCode, ReproboxError
+from reprobox.core.judge import Status
+from reprobox.core.protocol import Verdict
 from reprobox.run import interrupts
 
 BUDGET_S = 480.0  # the whole check, GPU probe included
@@ -96,10 +98,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "gpu-check",
         help="the prepared check of a one-GPU host: kl's 1-GPU pair and signed KL, lm_head",
     )
-    parser.add_argument(
-        "--wheelhouse", type=Path,
-        help="install from this folder alone (default: REPROBOX_WHEELHOUSE, else the index)",
-    )  # fmt: skip
+    options.add(parser, "wheelhouse")
     parser.add_argument(
         "--out", type=Path, default=Path("gpu-check.json"), help="the JSON to write"
     )
@@ -278,9 +277,9 @@ def cell_results(
 def _answered(cell: dict[str, Any], record: dict[str, Any]) -> bool:
     """A record that is an answer: its expected (or recorded) verdict, or, where the plan
     allows it, cannot-test with its reason."""
-    if record.get("status") in ("match", "recorded"):
+    if record.get("status") in (Status.MATCH, Status.RECORDED):
         return True
-    cannot = record.get("verdict") == "cannot_test" or record.get("exit_code") == 125
+    cannot = record.get("verdict") == Verdict.CANNOT_TEST or record.get("exit_code") == 125
     return bool(cell.get("may_not_test")) and cannot
 
 
@@ -290,7 +289,7 @@ def check_exit(cells: list[dict[str, Any]]) -> int:
     differs (a kl cell that cannot test is not excused: it has not answered); else the first
     failing cell's harness code."""
     failed = [(c, [r for r in c["records"] if not _answered(c, r)]) for c in cells]
-    if any(r.get("status") == "mismatch" for _, bad in failed for r in bad):
+    if any(r.get("status") == Status.MISMATCH for _, bad in failed for r in bad):
         return int(ExitCode.FAILED)
     for cell, bad in failed:
         allowed = (0, 1, int(ExitCode.CANNOT_TEST)) if cell.get("may_not_test") else (0,)
@@ -332,9 +331,7 @@ def run_plan(
 
 
 def cmd_gpu_check(args: argparse.Namespace) -> int:
-    from reprobox.core.settings import Settings
-
-    settings = getattr(args, "settings", None) or Settings.from_env()
+    settings = options.settings(args)
     started = time.monotonic()
     wheelhouse = args.wheelhouse or settings.wheelhouse
     house = wheelhouse_summary(wheelhouse.resolve() if wheelhouse else None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reprobox.core import cells as matrix
+from reprobox.core.cells import Cell, VersionsInRange, default_cells, matrix_cells
 from reprobox.core.errors import ReproboxError
 from reprobox.core.spec import Repro, Rule
 
@@ -28,11 +28,11 @@ def row(repro: Repro) -> dict[str, Any]:
             }
             for name, variant in repro.spec.variants.items()
         },
-        "default_cells": [cell.label for cell in matrix.default_cells(repro)],
+        "default_cells": [cell.label for cell in default_cells(repro)],
     }
 
 
-def detail(repro: Repro, versions_in_range: matrix.VersionsInRange | None) -> dict[str, Any]:
+def detail(repro: Repro, versions_in_range: VersionsInRange | None) -> dict[str, Any]:
     """One repro in full: variants, verdict rule, launch, bisect defaults and every cell."""
     spec = repro.spec
     launch = spec.launch
@@ -82,14 +82,14 @@ def _variant(repro: Repro, name: str) -> dict[str, Any]:
 
 
 def _cells(
-    repro: Repro, versions_in_range: matrix.VersionsInRange | None
+    repro: Repro, versions_in_range: VersionsInRange | None
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The default cells and the matrix's, with the note that explains missing ones."""
-    found = [_cell(cell, "default") for cell in matrix.default_cells(repro)]
+    found = [_cell(cell, "default") for cell in default_cells(repro)]
     if repro.spec.matrix is None:
         return found, None
     try:
-        cells = matrix.matrix_cells(repro, versions_in_range)
+        cells = matrix_cells(repro, versions_in_range)
     except ReproboxError as exc:
         ranges = [
             f"{package} {values}"
@@ -101,7 +101,7 @@ def _cells(
     return found + [_cell(cell, "matrix") for cell in cells], None
 
 
-def _cell(cell: matrix.Cell, kind: str) -> dict[str, Any]:
+def _cell(cell: Cell, kind: str) -> dict[str, Any]:
     return {
         "label": cell.label,
         "kind": kind,

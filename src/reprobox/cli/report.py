@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from reprobox.cli import ui
+from reprobox.cli import options, ui
 from reprobox.report.post import PostError, dry_run, parse_target, post, publish_gist
 
 
@@ -66,7 +65,6 @@ def _progress() -> AbstractContextManager[Any]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from reprobox.core.settings import Settings
     from reprobox.report.build import (  # matplotlib: only when reporting
         ReportOptions,
         comment_marker,
@@ -74,22 +72,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     )
     from reprobox.report.data import parse_since
 
-    settings = getattr(args, "settings", None) or Settings.from_env()
+    settings = options.settings(args)
     root = settings.root
     # bad input fails before any work
     target = parse_target(args.post) if args.post else None
     if (args.dry_run or args.edit_last) and target is None:
         raise PostError("--dry-run and --edit-last go with --post OWNER/REPO#N")
     since = parse_since(args.since) if args.since else None
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    options = ReportOptions(
+    wanted = ReportOptions(
         out=args.out,
         results=settings.results,
         collect_env=not args.no_env,
         only=tuple(args.only),
         since=since,
         posting_to=str(target) if target else None,
-        step_summary=Path(summary) if summary else None,
+        step_summary=settings.step_summary,
+        ci_run_url=settings.ci_run_url,
     )
     with _progress() as status:
 
@@ -99,7 +97,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             else:
                 ui.info(message)
 
-        report = write_report(root, args.repro, options, progress)
+        report = write_report(root, args.repro, wanted, progress)
     for skipped in report.skipped:
         ui.info(f"reprobox: warning: skipped {skipped}")
     extra = f", {report.not_run} not run" if report.not_run else ""

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reprobox.cli import ui
+from reprobox.cli import options, ui
 from reprobox.core import spec
 from reprobox.core.errors import BadInput
 from reprobox.core.settings import Settings
@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="all",
         help="which cells: the default ones, the [matrix], or both (default: all)",
     )
-    kube.add_argument("--platform", default="gpu", help="platform of repro.toml (default: gpu)")
+    options.add(kube, "platform")
     kube.add_argument("--claim", default="reprobox-results", help="PVC mounted at /out")
     kube.add_argument("--namespace", help="the Kubernetes namespace (default: the context's)")
     kube.add_argument("--parallelism", type=int, help="pods at once per Job (default: all)")
@@ -100,22 +100,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     canary.set_defaults(handler=cmd_canary_plan)
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    return getattr(args, "settings", None) or Settings.from_env()
-
-
 def _axes(args: argparse.Namespace) -> IndexAxes:
     from reprobox.envs.index import IndexAxes, SimpleIndex
 
-    return IndexAxes(SimpleIndex.from_settings(_settings(args)))
+    return IndexAxes(SimpleIndex.from_settings(options.settings(args)))
 
 
 def cmd_k8s(args: argparse.Namespace) -> int:
     from reprobox.scaleout import jobs, k8s
 
-    settings = _settings(args)
+    settings = options.settings(args)
     cells = jobs.job_cells(settings.root, args.repro, args.cells, args.platform, _axes(args))
-    options = k8s.K8sOptions(
+    pods = k8s.K8sOptions(
         image=args.image,
         claim=args.claim,
         namespace=args.namespace,
@@ -133,9 +129,9 @@ def cmd_k8s(args: argparse.Namespace) -> int:
         )
     if args.collector:
         image = args.image or images[cells[0].index]
-        objects = [k8s.collector(args.repro, image, options)]
+        objects = [k8s.collector(args.repro, image, pods)]
     else:
-        objects = k8s.manifest(cells, images, options)
+        objects = k8s.manifest(cells, images, pods)
     text = k8s.dump(objects)
     if args.out is None:
         sys.stdout.write(text)
@@ -186,7 +182,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from reprobox.core.records import RecordStore
     from reprobox.scaleout.collect import collect
 
-    settings = _settings(args)
+    settings = options.settings(args)
     found = collect(args.source, settings.root, RecordStore(settings.results))
     for record in found.records:
         ui.record_line(record)
@@ -202,7 +198,7 @@ def cmd_newest(args: argparse.Namespace) -> int:
     """The newest non-yanked release (pre-releases only with --pre), for the canary."""
     from reprobox.envs.index import SimpleIndex, select
 
-    index = SimpleIndex.from_settings(_settings(args))
+    index = SimpleIndex.from_settings(options.settings(args))
     versions = select(index.releases(args.package), "", prereleases=args.pre)
     if not versions:
         raise BadInput(f"{args.package} has no release to test")
@@ -221,7 +217,7 @@ def cmd_ci_matrix(args: argparse.Namespace) -> int:
         raise BadInput(f"{args.listing}: not the JSON of `nox --json -l` ({exc.msg})") from None
     if not isinstance(listed, list):
         raise BadInput(f"{args.listing}: not the JSON of `nox --json -l` (want a list)")
-    found = jobs.github_matrix(_settings(args).root, listed, _axes(args))
+    found = jobs.github_matrix(options.settings(args).root, listed, _axes(args))
     for key, value in found.items():
         print(f"{key}={json.dumps(value, separators=(',', ':'))}")
     return 0
@@ -230,7 +226,7 @@ def cmd_ci_matrix(args: argparse.Namespace) -> int:
 def cmd_canary_plan(args: argparse.Namespace) -> int:
     from reprobox.scaleout import jobs
 
-    plan = jobs.canary_plan(_settings(args).root)
+    plan = jobs.canary_plan(options.settings(args).root)
     print(f"include={json.dumps(plan, separators=(',', ':'))}")
     return 0
 

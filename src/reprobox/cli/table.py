@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from reprobox.cli import ui
-from reprobox.core import cells as matrix
 from reprobox.core import spec
+from reprobox.core.cells import default_cells
 from reprobox.core.errors import BadInput, ExitCode
+from reprobox.core.judge import Status
 from reprobox.core.records import CellHistory, RecordStore
 from reprobox.core.settings import Settings
-from reprobox.run import pipeline as workflow
+from reprobox.run import pipeline
 
 
 def histories(settings: Settings, names: Sequence[str], default: bool) -> list[CellHistory]:
@@ -24,7 +25,7 @@ def histories(settings: Settings, names: Sequence[str], default: bool) -> list[C
         repro = spec.load(settings.root, name)
         cells, _ = store.histories(name)
         if default:
-            wanted = {c.label for c in matrix.default_cells(repro)}
+            wanted = {c.label for c in default_cells(repro)}
             cells = [h for h in cells if h.record.label in wanted]
         found += cells
     return found
@@ -47,13 +48,13 @@ def conclude(cells: Sequence[CellHistory]) -> int:
     ok. A failure's first reason is the last line."""
     measured = [h.record for h in cells if h.is_measured]
     never = [h.record for h in cells if not h.is_measured]
-    code = workflow.exit_code(measured)
+    code = pipeline.exit_code(measured)
     if code != ExitCode.FAILED and never:
-        code = workflow.exit_code(never)
+        code = pipeline.exit_code(never)
     failed = next(
         (r for r in [*measured, *never] if r.exit_code == code and code != ExitCode.OK), None
     )
-    if failed is not None and failed.status == "mismatch":
+    if failed is not None and failed.status == Status.MISMATCH:
         ui.error(
             f"{failed.repro} {failed.label}: {failed.verdict}, expected {failed.expect} "
             f"({failed.reason})"

@@ -21,6 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from reprobox.core.cells import Cell
+from reprobox.core.judge import Status
+from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
 from reprobox.core.scrub import secrets_out
 from reprobox.core.settings import Settings
@@ -70,7 +72,7 @@ def record_line(record: Record) -> None:
     verdict = record.verdict or "error"
     mark = {"match": "ok", "mismatch": "MISMATCH", "recorded": "recorded", "error": "ERROR"}
     shown = mark.get(record.status, record.status)
-    if record.status == "mismatch" and verdict == "cannot_test":
+    if record.status == Status.MISMATCH and verdict == Verdict.CANNOT_TEST:
         shown = "CANNOT TEST"  # says nothing about the bug: not a verdict that missed
     line = (
         f"{record.repro} {record.label}: {verdict} (expected {record.expect}) "

@@ -10,10 +10,15 @@ included (git aborts on 128 and above as well, but a caller other than git may n
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from reprobox.core.errors import ExitCode
+from reprobox.cli import cells, options, ui
+from reprobox.core import spec
+from reprobox.core.errors import BadInput, ExitCode
+from reprobox.core.judge import Status
+from reprobox.core.protocol import Verdict
+from reprobox.core.records import RecordStore
+from reprobox.run import pipeline
 
 STOP = 255  # `git bisect run`: abort, this is neither good, bad nor skip
 COMMAND = "verdict"
@@ -40,14 +45,9 @@ def is_verdict(argv: Sequence[str]) -> bool:
     return next((word for word in argv if not word.startswith("-")), None) == COMMAND
 
 
-def register(
-    commands: Any,
-    cell_arguments: Callable[[argparse.ArgumentParser], None],
-    backend_arguments: Callable[[argparse.ArgumentParser], None],
-    handler: Callable[[argparse.Namespace], int],
-) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `verdict` to the command line, with the cell and back-end flags `run` has."""
-    parser = commands.add_parser(
+    parser = subparsers.add_parser(
         COMMAND,
         help="run one variant; exit 0 clean / 1 reproduced / 125 cannot test / 255 anything "
         "else (git bisect run)",
@@ -57,6 +57,28 @@ def register(
         "abort instead of naming a commit.",
     )
     parser.add_argument("repro", help="the repro to run (see `reprobox list`)")
-    cell_arguments(parser)
-    backend_arguments(parser)
-    parser.set_defaults(handler=handler)
+    options.add(parser, *options.CELL, *options.BACKEND)
+    parser.set_defaults(handler=cmd_verdict)
+
+
+def cmd_verdict(args: argparse.Namespace) -> int:
+    """One variant, `git bisect run` exit codes: 0 clean, 1 reproduced, 125 cannot test (or
+    an environment that cannot be resolved or installed); anything else is 255, which stops
+    a `git bisect run`, so a harness failure is never read as "bad"."""
+    settings = options.settings(args)
+    repro = spec.load(settings.root, args.repro)
+    selected = cells.selected(repro, args)
+    if len(selected) != 1:
+        raise BadInput("verdict takes exactly one --variant")
+    store = RecordStore(settings.results)
+    backend = cells.backend(args)
+    [record] = pipeline.run_cells(
+        repro, selected, backend, store, settings, cells.run_options(args)
+    )
+    ui.record_line(record)
+    cells.say_commits([record])
+    if record.verdict is not None and record.status != Status.ERROR:
+        return Verdict(record.verdict).exit_code
+    if record.exit_code not in (ExitCode.ENV_FAILED, ExitCode.CANNOT_TEST):  # skips
+        ui.error(record.reason)
+    return bisect_code(record.exit_code)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from reprobox.cli import ui
+from reprobox.cli import options, ui
 from reprobox.core.errors import BadInput
 
 
@@ -26,11 +26,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a repro, or a repro and its variants (default: its default variants on the "
              "platform); several fill one folder",
     )  # fmt: skip
-    parser.add_argument(
-        "--variant", action="append", default=[], metavar="V",
-        help="a variant of the one repro named (repeatable)",
-    )  # fmt: skip
-    parser.add_argument("--platform", default="cpu", help="whose locks (default: cpu)")
+    options.add(parser, "variant", "platform")
     parser.add_argument(
         "--python", metavar="X.Y", help="the target's Python (default: the locks' own)"
     )
@@ -62,11 +58,10 @@ def parse_targets(targets: list[str], variants: list[str]) -> list[tuple[str, li
 
 def cmd_wheelhouse(args: argparse.Namespace) -> int:
     from reprobox.core import spec
-    from reprobox.core.settings import Settings
     from reprobox.envs import wheelhouse
     from reprobox.run.pipeline import lock_for
 
-    settings = getattr(args, "settings", None) or Settings.from_env()
+    settings = options.settings(args)
     locks: list[Path] = []
     given: dict[Path, list[str]] = {}  # per lock: the platform's host_packages
     pythons: set[str] = set()

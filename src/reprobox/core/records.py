@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reprobox.core.cells import Cell
 from reprobox.core.errors import BadInput
 from reprobox.core.files import atomic_write
-from reprobox.core.judge import Judgement, Launched
-from reprobox.core.protocol import MAX_RESULT_BYTES, RankExit, size_text
+from reprobox.core.judge import Judgement, Launched, Status
+from reprobox.core.protocol import MAX_RESULT_BYTES, RankExit, Verdict, size_text
 from reprobox.core.scrub import secrets_out
 
 RECORD_FILE = "record.json"
@@ -43,8 +43,8 @@ class Record(BaseModel):
     params: dict[str, str] = {}
     expect: str
     also_ok: list[str] = []
-    status: str  # match | mismatch | recorded | error
-    verdict: str | None  # clean | reproduced | cannot_test | None on error
+    status: Status
+    verdict: Verdict | None  # None on error
     reason: str = ""
     exit_code: int = 0  # the harness exit code this record implies
     metrics: dict[str, float] = {}
@@ -75,7 +75,7 @@ class Record(BaseModel):
         """A record that says "error" until the pipeline has judged the run."""
         return cls(
             **cell.identity(),
-            status="error",
+            status=Status.ERROR,
             verdict=None,
             platform=cell.platform,
             started_at=utc_now(),
@@ -90,8 +90,8 @@ class Record(BaseModel):
         self.returncode = launched.launcher_code
         self.result, self.metrics = secrets_out(judged.result), judged.metrics
         self.decided_by = judged.decided_by
-        self.verdict = judged.verdict.value if judged.verdict else None
-        self.status = judged.status.value
+        self.verdict = judged.verdict
+        self.status = judged.status
         self.reason = secrets_out(judged.reason)
         self.exit_code = int(judged.exit_code)
 
@@ -142,7 +142,7 @@ def measured(record: Record) -> bool:
     """A record that says something about the bug: the judge reached a verdict (clean,
     reproduced, cannot test) from a run that ended. Interrupted, errored and never-launched
     runs measured nothing."""
-    return record.verdict is not None and record.status != "error"
+    return record.verdict is not None and record.status != Status.ERROR
 
 
 @dataclass(frozen=True)

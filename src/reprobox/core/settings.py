@@ -48,6 +48,10 @@ class Settings:
     # uv's own settings that can serve torch (uv reads them itself; named in records/errors)
     uv_settings: tuple[tuple[str, str], ...] = ()
     wheelhouse: Path | None = None  # REPROBOX_WHEELHOUSE: install from this folder, no index
+    # GitHub Actions: this run's page (GITHUB_SERVER_URL/GITHUB_REPOSITORY/GITHUB_RUN_ID),
+    # where a report's artifacts are, and the step summary file comment.md is added to
+    ci_run_url: str | None = None
+    step_summary: Path | None = None  # GITHUB_STEP_SUMMARY
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -75,7 +79,18 @@ class Settings:
             torch_source=_choice(env, "REPROBOX_TORCH_SOURCE", ("cpu", "pypi", "host")),
             host_python=env.get("REPROBOX_HOST_PYTHON") or "python3",
             wheelhouse=_absolute(env, "REPROBOX_WHEELHOUSE"),
+            ci_run_url=_ci_run_url(env),
+            step_summary=Path(summary) if (summary := env.get("GITHUB_STEP_SUMMARY")) else None,
         )
+
+
+def _ci_run_url(env: Mapping[str, str]) -> str | None:
+    """The GitHub Actions run's page, when all three of its parts are set."""
+    parts = [env.get(name) for name in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID")]
+    if not all(parts):
+        return None
+    server, repo, run = parts
+    return f"{server}/{repo}/actions/runs/{run}"
 
 
 def _absolute(env: Mapping[str, str], name: str) -> Path | None:

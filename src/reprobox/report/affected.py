@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from reprobox.bisect.summary import BisectSummary
+from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
 
@@ -178,7 +179,7 @@ def _release_of(
     """The release of `package` a measured cell of the configuration ran (as imported)."""
     if record.variant != variant or record.platform != platform or record.params:
         return None
-    if record.status not in ("match", "mismatch"):
+    if record.status not in (Status.MATCH, Status.MISMATCH):
         return None
     pinned: dict[str, str] = {canonicalize_name(k): v for k, v in record.packages.items()}
     if {k: v for k, v in pinned.items() if k != package} != dict(others):

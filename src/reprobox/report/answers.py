@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from packaging.utils import canonicalize_name
 
 from reprobox.bisect.summary import BisectSummary
+from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.report import affected
 from reprobox.report import markdown as md
@@ -149,17 +150,17 @@ def result_line(b: Builder) -> str:
         "clean": "Not reproduced",
         "cannot_test": "Cannot test here",
     }.get(bug.verdict or "", "No verdict")
-    if bug.verdict == "clean" and bug.expect != "reproduced":
+    if bug.verdict == Verdict.CLEAN and bug.expect != Verdict.REPRODUCED:
         word = "Clean"
-    if bug.status == "recorded":
+    if bug.status == Status.RECORDED:
         word = "Measured"
     said = md.text(bug.reason or (result.get("reason") or ""))
     line = f"**{word}** with {md.text(facts)}" if facts else f"**{word}**"
     line += f": {md.code(bug.label)}"
     line += f" - {said}" if said else ""
-    if bug.status == "mismatch":
+    if bug.status == Status.MISMATCH:
         line += f" (expected {bug.expect})"
-    if bug.status == "error":
+    if bug.status == Status.ERROR:
         line += " (no verdict; see *Problems*)"
     line += "."
     after = [r for r in b.later if (r.platform, r.label) == (bug.platform, bug.label)]
@@ -169,7 +170,7 @@ def result_line(b: Builder) -> str:
             f"{' measured' if len(after) == 1 else 's measured'} nothing (see *Not run*)."
         )
     others = [r for r in b.judged if r is not bug]
-    as_expected = [r for r in others if r.status in ("match", "recorded")]
+    as_expected = [r for r in others if r.status in (Status.MATCH, Status.RECORDED)]
     by_verdict: dict[str, list[str]] = {}
     for r in as_expected:
         by_verdict.setdefault(r.verdict or "error", []).append(r.label)
@@ -179,7 +180,7 @@ def result_line(b: Builder) -> str:
     ]
     if parts:
         line += " " + "; ".join(parts) + ", as expected."
-    off = [r for r in others if r.status not in ("match", "recorded")]
+    off = [r for r in others if r.status not in (Status.MATCH, Status.RECORDED)]
     if off:
         line += (
             " **Not as expected:** "
@@ -203,15 +204,15 @@ def bisect_headline(summary: BisectSummary) -> str:
     if summary.kind == "commit" and commit is not None and status == "found":
         sha = md.code(commit.sha[:12])
         shown = md.link(commit.sha[:12], commit.link) if commit.link else sha
-        what = "Fixed in commit" if summary.end_verdict == "clean" else "First bad commit"
+        what = "Fixed in commit" if summary.end_verdict == Verdict.CLEAN else "First bad commit"
         line = f"**{what}:** {shown} {md.text(commit.subject)}"
         if commit.pr_link and commit.pr:
             line += f" ({md.link(f'#{commit.pr}', commit.pr_link)})"
         return line + "."
-    known_sides = summary.start_verdict in ("reproduced", "clean")
+    known_sides = summary.start_verdict in (Verdict.REPRODUCED, Verdict.CLEAN)
     if summary.kind == "release" and status == "found" and summary.first and known_sides:
         last = summary.last_start or summary.bad or summary.good or ""
-        fixed = summary.start_verdict == "reproduced"
+        fixed = summary.start_verdict == Verdict.REPRODUCED
         verb = "Fixed" if fixed else "Introduced"
         if fixed:
             side = f"{md.text(last)} is the last release that reproduces, " + (

@@ -20,7 +20,6 @@ the job's summary (`$GITHUB_STEP_SUMMARY`, when the caller passes it).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import time
@@ -92,6 +91,7 @@ class ReportOptions:
     since: datetime | None = None  # keep cells started at or after this instant
     posting_to: str | None = None  # "owner/repo#N": the comment leaves out a link to it
     step_summary: Path | None = None  # $GITHUB_STEP_SUMMARY: comment.md is appended there
+    ci_run_url: str | None = None  # the CI run whose artifacts hold report.html and the plots
 
 
 @dataclass
@@ -165,17 +165,10 @@ def with_files_link(comment: str, url: str, names: Sequence[str]) -> str:
     return comment[: marker + 1] + "\n" + line + comment[marker:]
 
 
-def artifact_hint() -> str:
-    """Where a reader finds report.html and the PNGs: this CI run's artifacts, or the
-    report folder."""
-    server, repo, run = (
-        os.environ.get("GITHUB_SERVER_URL"),
-        os.environ.get("GITHUB_REPOSITORY"),
-        os.environ.get("GITHUB_RUN_ID"),
-    )
-    if server and repo and run:
-        return f"the artifacts of {server}/{repo}/actions/runs/{run}"
-    return "the report folder"
+def artifact_hint(ci_run_url: str | None) -> str:
+    """Where a reader finds report.html and the PNGs: this CI run's artifacts (the settings
+    name the run, read at the CLI's edge), or the report folder."""
+    return f"the artifacts of {ci_run_url}" if ci_run_url else "the report folder"
 
 
 def default_out(results: Path, name: str) -> Path:
@@ -260,7 +253,8 @@ def write_report(
         report_md = _join(report_sections)
         (tmp / "report.md").write_text(report_md)
         (tmp / "report.html").write_text(html.render(report_md, tmp, repro.spec.repro.title))
-        plot_note = f"*{len(made)} plots are in report.html, in {artifact_hint()}.*" if made else ""
+        where = artifact_hint(options.ci_run_url)
+        plot_note = f"*{len(made)} plots are in report.html, in {where}.*" if made else ""
         comment_body = [*comment_head, *results, *rest, builder.footer(comment=True)]
         comment_sections = [_scrubbed(s, scrub) for s in comment_body]
         comment, fitted = comment_parts(

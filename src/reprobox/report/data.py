@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reprobox.bisect.summary import BisectSummary, read_summaries
 from reprobox.core.errors import BadInput, ExitCode
+from reprobox.core.judge import Status
+from reprobox.core.protocol import Verdict
 from reprobox.core.records import ForeignRecord, Record, RecordStore
 
 BISECT_DIR = "_bisect"
@@ -153,7 +155,7 @@ class Measurement(BaseModel):
 def measurement(record: Record) -> Measurement | None:
     """The measurement a recorded cell (expect `unknown`) wrote, or None: a cell that is
     judged, or whose result has none or a malformed one, is shown as a verdict instead."""
-    if record.status != "recorded":
+    if record.status != Status.RECORDED:
         return None
     found = record.result.get("measurement")
     if not isinstance(found, dict):
@@ -198,8 +200,8 @@ def key_metrics(records: Sequence[Record], rule_metrics: Sequence[str]) -> list[
         values = [(r.verdict, r.metrics[name]) for r in records if name in r.metrics]
         if len({v for _, v in values}) < 2:
             continue
-        hit = [v for verdict, v in values if verdict == "reproduced"]
-        clean = [v for verdict, v in values if verdict == "clean"]
+        hit = [v for verdict, v in values if verdict == Verdict.REPRODUCED]
+        clean = [v for verdict, v in values if verdict == Verdict.CLEAN]
         if hit and clean and (min(hit) > max(clean) or max(hit) < min(clean)):
             separating.append(name)
         else:

@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 from reprobox.bisect.summary import BisectSummary
 from reprobox.core import spec
 from reprobox.core.errors import BadInput
+from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
 from reprobox.report import answers, data, results
@@ -131,7 +132,7 @@ class Builder:
             bug = self.bug_record()
             rules = self._rules(bug.variant if bug else self.variants[0])
             rule = " and ".join(f"{md.code(r.metric)} <= {r.above:g}" for r in rules)
-            clean = [r.label for r in self.judged if r.verdict == "clean"]
+            clean = [r.label for r in self.judged if r.verdict == Verdict.CLEAN]
             like = f", as with {names(clean)}" if clean else ""
             text = f"The run is clean: {rule}{like}."
         else:
@@ -244,7 +245,7 @@ class Builder:
         """Cells that ran and did not end as expected, with their log tails."""
         lines = []
         for record in self.ran:
-            if record.status not in ("error", "mismatch"):
+            if record.status not in (Status.ERROR, Status.MISMATCH):
                 continue
             tail = self.files.log_tails.get(log_dir(record), "")
             body = md.text(record.reason or "no reason recorded")

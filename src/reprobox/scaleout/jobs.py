@@ -12,12 +12,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from reprobox.core import cells as matrix
 from reprobox.core import spec
-from reprobox.core.cells import Cell, script_args
+from reprobox.core.cells import (
+    DEFAULT_CELL,
+    Cell,
+    VersionsInRange,
+    default_cells,
+    matrix_cells,
+    script_args,
+)
 from reprobox.core.errors import BadInput, ReproboxError
 from reprobox.run.layout import container_argv
-from reprobox.scaleout import noxview as sessions
+from reprobox.scaleout import noxview
 
 Which = Literal["default", "matrix", "all"]
 GITHUB_MATRIX_LIMIT = 256  # jobs one GitHub Actions matrix may hold
@@ -59,15 +65,15 @@ def select_cells(
     name: str,
     which: Which = "all",
     platform: str = "cpu",
-    axes: matrix.VersionsInRange | None = None,
+    axes: VersionsInRange | None = None,
 ) -> list[Cell]:
     """The default cells, the matrix cells, or both (a version range needs `axes`)."""
     repro = spec.load(root, name)
     cells: list[Cell] = []
     if which in ("default", "all"):
-        cells += matrix.default_cells(repro, platform=platform)
+        cells += default_cells(repro, platform=platform)
     if which in ("matrix", "all"):
-        cells += [c.on(platform) for c in matrix.matrix_cells(repro, axes)]
+        cells += [c.on(platform) for c in matrix_cells(repro, axes)]
     return cells
 
 
@@ -76,7 +82,7 @@ def job_cells(
     name: str,
     which: Which = "all",
     platform: str = "cpu",
-    axes: matrix.VersionsInRange | None = None,
+    axes: VersionsInRange | None = None,
 ) -> list[JobCell]:
     """Every selected cell of `name` as a job, indexed from 0 in a stable order."""
     repro = spec.load(root, name)
@@ -108,7 +114,7 @@ def has_gpu_image(root: Path, name: str) -> bool:
 
 
 def github_matrix(
-    root: Path, listed: Iterable[dict[str, Any]], axes: matrix.VersionsInRange | None = None
+    root: Path, listed: Iterable[dict[str, Any]], axes: VersionsInRange | None = None
 ) -> dict[str, Any]:
     """Turn `nox --json -l` output into GitHub Actions job matrices.
 
@@ -117,7 +123,7 @@ def github_matrix(
     `gpus` (its process count, one GPU each: the runner label `gpu-<gpus>`); a default session
     stands for each default variant. Each is `{"include": [...]}`."""
     cpu, gpu = [], []
-    known: dict[str, list[sessions.SessionCell]] = {}
+    known: dict[str, list[noxview.SessionCell]] = {}
     for entry in listed:
         call_spec = entry.get("call_spec") or {}
         name = call_spec.get("repro")
@@ -126,14 +132,14 @@ def github_matrix(
         cpu.append({"session": entry["session"], "repro": name})
         if not has_gpu_image(root, name):
             continue
-        if call_spec.get("variant") == matrix.DEFAULT_CELL:
+        if call_spec.get("variant") == DEFAULT_CELL:
             repro = spec.load(root, name)
             for variant in repro.default_variants:
                 gpu.append({"repro": name, "variant": variant, "args": f"--variant {variant}",
                             "gpus": repro.launch(variant).processes})  # fmt: skip
             continue
         if name not in known:
-            known[name] = sessions.session_cells(root, name, axes)[1]
+            known[name] = noxview.session_cells(root, name, axes)[1]
         cell = next((c for c in known[name] if c.call_spec == call_spec), None)
         if cell is None:
             raise BadInput(f"nox session {entry['session']!r} is not a cell of {name} any more")

@@ -8,11 +8,12 @@ from `nox --json -l`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reprobox.core import cells as matrix
 from reprobox.core import spec
+from reprobox.core.cells import DEFAULT_CELL, VersionsInRange, matrix_cells
 from reprobox.core.errors import ReproboxError
 from reprobox.core.settings import Settings
 from reprobox.envs.index import IndexAxes, SimpleIndex
@@ -30,14 +31,14 @@ class SessionCell:
     args: list[str] = field(default_factory=list)  # for `reprobox run <repro>`
 
 
-def index_axes() -> IndexAxes:
-    """Range axes resolved against the index this process's settings name (nox is an entry
-    point of its own: the settings are read here, once per noxfile)."""
-    return IndexAxes(SimpleIndex.from_settings(Settings.from_env()))
+def index_axes(environ: Mapping[str, str]) -> IndexAxes:
+    """Range axes resolved against the index the settings in `environ` name (nox is an entry
+    point of its own: the noxfile passes its environment, once)."""
+    return IndexAxes(SimpleIndex.from_settings(Settings.from_env(environ)))
 
 
 def session_cells(
-    root: Path, name: str, ranges: matrix.VersionsInRange | None = None
+    root: Path, name: str, ranges: VersionsInRange | None = None
 ) -> tuple[list[str], list[SessionCell], str]:
     """(parameter names, cells, warning) for `repro_<name>`; the default cell comes first.
 
@@ -47,7 +48,7 @@ def session_cells(
     repro = spec.load(root, name)
     warning = ""
     try:
-        cells = matrix.matrix_cells(repro, ranges)
+        cells = matrix_cells(repro, ranges)
     except ReproboxError as exc:
         cells, warning = [], f"matrix of {name} left out: {exc}"
     if isinstance(ranges, IndexAxes) and ranges.notes():
@@ -56,7 +57,7 @@ def session_cells(
     names = ["repro", "variant", *axes]
     default = SessionCell(
         id=DEFAULT_CELL_ID,
-        call_spec={"repro": name, "variant": matrix.DEFAULT_CELL, **dict.fromkeys(axes)},
+        call_spec={"repro": name, "variant": DEFAULT_CELL, **dict.fromkeys(axes)},
         tags=[DEFAULT_TAG],
     )
     found = [default]

@@ -1,0 +1,204 @@
+"""`bisect` and `sweep`: search a package's releases, the stack's days or a package's commits
+for where a variant's verdict flips, or map every release in a range. `cli.main` adds them
+with `register(subparsers)`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from reprobox.cli import cells, options, ui
+from reprobox.core import spec
+from reprobox.core.errors import BadInput, ExitCode
+from reprobox.envs.index import version_range
+
+if TYPE_CHECKING:
+    from reprobox.bisect.prober import Target
+
+_SEARCH = ("package", "variant", "packages", "editables", "log", "platform", "timeout")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `bisect` and `sweep` to the `reprobox` parser."""
+    bisect = subparsers.add_parser(
+        "bisect",
+        help="find the release (or date) where a variant's verdict flips",
+        description="Binary-search the releases of one package (or the days of the stack's "
+        "history) for where a variant's verdict flips. The answer says what it assumed (one "
+        "change between the ends) and is checked against extra probes (--verify) and every "
+        "verdict already on disk; a contradiction makes it non-monotone (exit 1), never found.",
+    )
+    bisect.add_argument("repro", help="the repro to bisect (see `reprobox list`)")
+    options.add(bisect, *_SEARCH, "good", "bad", "confirm", "verify")
+    bisect.add_argument(
+        "--by-date", metavar="START..END", help="bisect over days (UTC) instead of releases"
+    )
+    bisect.add_argument(
+        "--float",
+        action="append",
+        default=[],
+        metavar="PKG",
+        help="by date: resolve this package as of each day (repeatable)",
+    )
+    bisect.add_argument(
+        "--commits",
+        action="store_true",
+        help="bisect the package's git history (--good/--bad are refs; without them, the "
+        "release tags around a finished release bisect of this repro)",
+    )
+    bisect.add_argument(
+        "--repo",
+        metavar="URL_OR_PATH",
+        help="with --commits: the package's repository (default: the Source URL its "
+        "installed metadata names)",
+    )
+    bisect.add_argument(
+        "--tag-format",
+        metavar="FORMAT",
+        help="with --commits: how release tags are spelled, e.g. 'release-{version}' "
+        "(default: v{version} or {version})",
+    )
+    bisect.add_argument(
+        "--first-parent",
+        type=options.boolean,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="with --commits: walk the first-parent history only (default true: a merged "
+        "pull request is one step); false descends into a merge to the commit inside it",
+    )
+    options.add(bisect, "workers", *options.BACKEND)
+    bisect.set_defaults(handler=cmd_bisect)
+
+    sweep = subparsers.add_parser(
+        "sweep",
+        help="probe every release in a range and print the affected versions",
+        description="Probe every release of one package in a range (yanked ones too, marked) "
+        "and print where the variant reproduces as advisory-style ranges "
+        "(`>=4.44.2,<4.46.0; ==4.47.0`) with introduced / fixed events. Assumes nothing "
+        "about how often the verdict changes.",
+    )
+    sweep.add_argument("repro", help="the repro to sweep (see `reprobox list`)")
+    sweep.add_argument(
+        "--range",
+        required=True,
+        metavar="SPEC",
+        help="the releases, e.g. '>=4.44.2,<=4.49.0' or 4.44.2..4.49.0 (both ends in)",
+    )
+    options.add(sweep, *_SEARCH, "workers", *options.BACKEND)
+    sweep.set_defaults(handler=cmd_sweep)
+
+
+def _target(args: argparse.Namespace) -> tuple[Target, spec.BisectSection | None]:
+    """The repro and variant every probe runs, from the flags or [bisect], and the other
+    packages every probe runs at (--with, --with-editable)."""
+    from reprobox.bisect.prober import Target  # bisects only: a run need not import it
+
+    settings = options.settings(args)
+    repro = spec.load(settings.root, args.repro)
+    defaults = repro.spec.bisect
+    if len(args.variant) > 1:
+        raise BadInput(f"a {args.command} runs one --variant, not {len(args.variant)}")
+    variant = args.variant[0] if args.variant else (defaults.variant if defaults else None)
+    if variant is None:
+        raise BadInput(f"--variant is needed: {repro.name} has no [bisect] variant")
+    repro.variant(variant)
+    target = Target(
+        repro,
+        variant,
+        cells.run_options(args),
+        settings,
+        cells.backend(args),
+        overrides=cells.overrides(args),
+    )
+    return target, defaults
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from reprobox.bisect import commits, dates, releases
+
+    target, defaults = _target(args)
+    if not args.commits and (args.repo or args.tag_format or args.first_parent is not True):
+        raise BadInput("--repo, --tag-format and --first-parent go with --commits")
+    if args.workers > 1 and (args.commits or args.by_date):
+        ui.info("reprobox: --workers applies to release bisects; this one probes one at a time")
+    with ui.BisectProgress(target.repro.name) as progress:
+        if args.commits:
+            if args.by_date:
+                raise BadInput("--commits and --by-date are two kinds of bisect: pick one")
+            package = args.package or (defaults.package if defaults else None)
+            if not package:
+                raise BadInput("--package is needed (no [bisect] package)")
+            summary = commits.commit_bisect(
+                target,
+                package,
+                repo=args.repo,
+                good=args.good,
+                bad=args.bad,
+                tag_format=args.tag_format,
+                first_parent=args.first_parent,
+                confirm=args.confirm,
+                verify=args.verify,
+                log_path=args.log,
+                on_probe=progress.probe,
+            )
+        elif args.by_date:
+            start, end = dates.parse_dates(args.by_date)
+            floats = args.float or (defaults.float or [defaults.package] if defaults else [])
+            summary = dates.date_bisect(
+                target,
+                start,
+                end,
+                floats,
+                index=cells.index(args),
+                confirm=args.confirm,
+                verify=args.verify,
+                log_path=args.log,
+                on_probe=progress.probe,
+            )
+        else:
+            package = args.package or (defaults.package if defaults else None)
+            good = args.good or (defaults.good if defaults else None)
+            bad = args.bad or (defaults.bad if defaults else None)
+            if not (package and good and bad):
+                raise BadInput("--package, --good and --bad are needed (no [bisect] defaults)")
+            for name, value in (("--good", good), ("--bad", bad)):
+                spec.check_version(value, name)
+            summary = releases.release_bisect(
+                target,
+                package,
+                good,
+                bad,
+                cells.index(args),
+                confirm=args.confirm,
+                verify=args.verify,
+                log_path=args.log,
+                on_probe=progress.probe,
+                workers=args.workers,
+            )
+    ui.bisect_summary(summary)
+    # Only "found" and "ambiguous" are answers; flaky and non-monotone histories are not.
+    return int(ExitCode.FAILED if summary.status in ("flaky", "non-monotone") else ExitCode.OK)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from reprobox.bisect import sweep
+
+    version_range(args.range)  # a bad --range is said before the index is asked
+    target, defaults = _target(args)
+    package = args.package or (defaults.package if defaults else None)
+    if not package:
+        raise BadInput("--package is needed (no [bisect] package)")
+    with ui.BisectProgress(target.repro.name, verb="sweeping") as progress:
+        summary = sweep.sweep(
+            target,
+            package,
+            args.range,
+            cells.index(args),
+            log_path=args.log,
+            on_probe=progress.probe,
+            workers=args.workers,
+        )
+    ui.bisect_summary(summary)
+    return int(ExitCode.OK)

@@ -1,0 +1,369 @@
+"""Every flag of the command line, defined once: its spelling, help, default, choices, type
+and environment variable (after nox's `_options.py`). Commands compose them by name with
+`add(parser, "platform", "timeout", ...)`, so `--platform` means the same on every command,
+and a value is checked once, where it is parsed: a bad one is one line and exit 2.
+
+The settings of the process (`REPROBOX_*`) are read once at the CLI's edge into `args.settings`;
+`settings(args)` is the one way a command reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+from reprobox.cli.ui import TABLE_FORMATS
+from reprobox.core import spec
+from reprobox.core.errors import BadInput, ExitCode
+from reprobox.core.settings import Settings
+
+PLATFORMS = ("cpu", "gpu")
+N = TypeVar("N", int, float)
+
+
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors read as every other bad input does: one line,
+    `reprobox: error: --flag: what is wrong`, and where the help is; exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        said = message.removeprefix("argument ")
+        self.exit(
+            int(ExitCode.BAD_INPUT),
+            f"reprobox: error: {said} (see `{self.prog} --help`)\n",
+        )
+
+
+def positive_int(text: str) -> int:
+    """A count of at least one (--workers, --nodes, --max-runs)."""
+    value = _number(text, int, "a whole number")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
+def natural_int(text: str) -> int:
+    """A count that may be zero (--confirm, --verify)."""
+    value = _number(text, int, "a whole number")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A timeout, by the one rule of `spec.check_timeout` (finite, above zero)."""
+    try:
+        spec.check_timeout(value := _number(text, float, "a number of seconds"), "-")
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("-: ")) from None
+    return value
+
+
+def probability(text: str) -> float:
+    """A confidence strictly between 0 and 1."""
+    value = _number(text, float, "a number")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, not {value}")
+    return value
+
+
+def repeats(text: str) -> int | str:
+    """How many launches a noisy verdict takes: a count, or `auto` (until it is decided)."""
+    return "auto" if text.strip().lower() == "auto" else positive_int(text)
+
+
+def boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "yes", "1", "on"):
+        return True
+    if value in ("false", "no", "0", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
+def _number(text: str, kind: Callable[[str], N], what: str) -> N:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+
+
+@dataclass(frozen=True)
+class Option:
+    """One flag as every command that takes it shows and parses it."""
+
+    name: str  # the key commands compose by (and the default `dest`)
+    flags: tuple[str, ...]
+    help: str
+    default: Any = None
+    choices: Sequence[str] | None = None
+    type: Callable[[str], Any] | None = None
+    env: str | None = None  # the default comes from this variable when it is set
+    action: str | None = None
+    metavar: str | None = None
+    dest: str | None = None
+    nargs: str | None = None
+    const: Any = None
+    required: bool = False
+
+    def kwargs(self, environ: Mapping[str, str]) -> dict[str, Any]:
+        """What `add_argument` takes for this flag; an env default is a string argparse
+        converts (and checks) with `type` only when the flag is not given."""
+        found: dict[str, Any] = {"help": self._help(), "dest": self.dest or self.name}
+        default = self.default
+        if self.env and environ.get(self.env):
+            default = environ[self.env]
+        if self.action == "store_true":
+            default = False
+        found["default"] = [] if self.action == "append" else default
+        for key in ("choices", "action", "metavar", "nargs", "const"):
+            value = getattr(self, key)
+            if value is not None:
+                found[key] = value
+        if self.type is not None:
+            found["type"] = _from_env(self) if self.env else self.type
+        if self.required:
+            found["required"] = True
+        return found
+
+    def _help(self) -> str:
+        return f"{self.help} (env {self.env})" if self.env else self.help
+
+
+def _from_env(option: Option) -> Callable[[str], Any]:
+    """`option.type`, naming the environment variable when the value came from there."""
+    convert = option.type
+    assert convert is not None
+
+    def typed(text: str) -> Any:
+        try:
+            return convert(text)
+        except argparse.ArgumentTypeError as exc:
+            if option.env and os.environ.get(option.env) == text:
+                raise argparse.ArgumentTypeError(f"{exc} (from {option.env})") from None
+            raise
+
+    typed.__name__ = getattr(convert, "__name__", "value")
+    return typed
+
+
+OPTIONS: dict[str, Option] = {
+    o.name: o
+    for o in [
+        # ---- which cell
+        Option(
+            "variant",
+            ("--variant",),
+            "a variant (repeatable; verdict, bisect and sweep take one; default: the "
+            "default variants, a bisect's or sweep's [bisect] variant)",
+            action="append",
+            metavar="V",
+        ),
+        Option(
+            "packages",
+            ("--with",),
+            "run at another version of a pinned package, or at "
+            "a git ref of it: PKG@git+URL@REF (a branch, tag, sha or refs/pull/N/head; the "
+            "commit is recorded); a bisect or sweep runs every probe with it (resolved to "
+            "one commit when it starts; not the package searched) (repeatable)",
+            action="append",
+            metavar="PKG==VERSION",
+        ),
+        Option(
+            "editables",
+            ("--with-editable",),
+            "run a pinned package from a checkout as "
+            "it is now, uncommitted changes included (built at each run; the commit and "
+            "tree are recorded; a change to it mid-bisect stops the bisect) (repeatable)",
+            action="append",
+            metavar="PKG=PATH",
+        ),
+        Option(
+            "param",
+            ("--param",),
+            "a matrix parameter passed to the script (repeatable)",
+            action="append",
+            metavar="NAME=VALUE",
+        ),
+        Option(
+            "platform",
+            ("--platform",),
+            "where to run, and whose locks and images (default: cpu)",
+            default="cpu",
+            choices=PLATFORMS,
+        ),
+        Option(
+            "timeout",
+            ("--timeout",),
+            "seconds per launch (a bisect: per probe); overrides [launch] timeout",
+            type=seconds,
+            metavar="SECONDS",
+        ),
+        Option("matrix", ("--matrix",), "run every cell of [matrix]", action="store_true"),
+        Option("echo", ("--echo",), "stream the launcher's output", action="store_true"),
+        Option(
+            "format",
+            ("--format",),
+            "the verdict table: rich (a terminal), plain "
+            "(aligned text, never wrapped), markdown (a pipe table); default auto: rich at "
+            "a terminal, else plain",
+            default="auto",
+            choices=TABLE_FORMATS,
+        ),
+        # ---- where launches run
+        Option(
+            "workers",
+            ("--workers",),
+            "run K launches (a bisect or sweep: probes) at "
+            "once (default 1); a bisect then cuts the open range into K+1 parts a round",
+            default=1,
+            type=positive_int,
+            metavar="K",
+        ),
+        Option(
+            "backend",
+            ("--backend",),
+            "where launches run: venv (this machine, default) "
+            "or slurm (one batch job per launch, one array job for a run of several; the "
+            "results folder and cache must be on a file system the nodes share)",
+            default="venv",
+            choices=("venv", "slurm"),
+        ),
+        Option("partition", ("--partition",), "slurm: the partition to submit to"),
+        Option("gres", ("--gres",), "slurm: generic resources, e.g. gpu:1", metavar="GRES"),
+        Option(
+            "time",
+            ("--time",),
+            "slurm: the job time limit (minutes, or [D-]HH:MM:SS; "
+            "default: the timeout plus a minute)",
+            metavar="LIMIT",
+        ),
+        Option(
+            "container_image",
+            ("--container-image",),
+            "slurm: run the jobs in this image "
+            "through pyxis/enroot (an enroot URI or a squashfs path; the shared paths are "
+            "mounted at the same paths)",
+            metavar="IMAGE",
+        ),
+        Option(
+            "container_mounts",
+            ("--container-mounts",),
+            "slurm: more pyxis mounts, with --container-image",
+            metavar="SRC:DST[,...]",
+        ),
+        Option(
+            "nodes",
+            ("--nodes",),
+            "nodes per launch (default: repro.toml's)",
+            type=positive_int,
+            env="REPROBOX_NODES",
+            metavar="N",
+        ),
+        # ---- bisect and sweep
+        Option("package", ("--package",), "the package whose releases to search"),
+        Option(
+            "good", ("--good",), "a release (or with --commits a ref) where the variant is clean"
+        ),
+        Option(
+            "bad", ("--bad",), "a release (or with --commits a ref) where the variant reproduces"
+        ),
+        Option("log", ("--log",), "probe log (default: derived from arguments)", type=Path),
+        Option(
+            "confirm",
+            ("--confirm",),
+            "re-run each boundary probe N more times to catch flakiness (default 1)",
+            default=1,
+            type=natural_int,
+            metavar="N",
+        ),
+        Option(
+            "verify",
+            ("--verify",),
+            "probe K more items spread over each side of the "
+            "answer (default: 2 when the range holds more than 8, else 0)",
+            type=natural_int,
+            metavar="K",
+        ),
+        Option(
+            "flaky",
+            ("--flaky",),
+            "the verdict is noisy: search with a posterior over the "
+            "boundary and 'no change', repeating probes",
+            action="store_true",
+        ),
+        Option(
+            "confidence",
+            ("--confidence",),
+            "with --flaky: how sure the answer must be (default 0.99)",
+            default=0.99,
+            type=probability,
+            metavar="P",
+        ),
+        Option(
+            "max_runs",
+            ("--max-runs",),
+            "with --flaky: launches at most, in all",
+            type=positive_int,
+            metavar="N",
+        ),
+        Option(
+            "repeats",
+            ("--repeats",),
+            "launches per verdict, or auto: until a noisy "
+            "verdict is decided (default: repro.toml's)",
+            type=repeats,
+            metavar="N|auto",
+        ),
+        # ---- images
+        Option(
+            "ca_bundle",
+            ("--ca-bundle",),
+            "extra CA bundle for the build (TLS-intercepting proxies)",
+            type=Path,
+            env="REPROBOX_CA_BUNDLE",
+        ),
+        Option(
+            "engine",
+            ("--engine",),
+            "the container engine (default: whichever works)",
+            choices=("podman", "docker"),
+        ),
+        Option(
+            "wheelhouse",
+            ("--wheelhouse",),
+            "install from this folder alone (default: the index)",
+            type=Path,
+            env="REPROBOX_WHEELHOUSE",
+        ),
+        Option("json", ("--json",), "print JSON instead of text", action="store_true"),
+    ]
+}
+
+
+def add(parser: argparse.ArgumentParser, *names: str) -> None:
+    """Add the named options to `parser` as OPTIONS defines them (an env default is read
+    when the parser is built)."""
+    for name in names:
+        option = OPTIONS[name]
+        parser.add_argument(*option.flags, **option.kwargs(os.environ))
+
+
+# Flags several commands spell alike for different things, so each command defines its own:
+# --out/-o (a report folder, a bundle folder, a JSON file, a YAML file), --memory (a
+# container's bound, 16g; a pod's, 32Gi), --dry-run (print the comment; print the plan).
+PER_COMMAND = frozenset({"--out", "-o", "--memory", "--dry-run"})
+
+CELL = ("variant", "packages", "editables", "param", "platform", "timeout")
+BACKEND = ("backend", "partition", "gres", "time", "container_image", "container_mounts")
+SLURM_ONLY = BACKEND[1:]
+
+
+def settings(args: argparse.Namespace) -> Settings:
+    """The process's settings: read once at the CLI's edge (`cli.main`); a handler called
+    on its own (a test, another entry point) reads them here."""
+    found = getattr(args, "settings", None)
+    return found if isinstance(found, Settings) else Settings.from_env()

@@ -1,0 +1,89 @@
+"""`run` and `image`: run a repro's cells (in venvs, on Slurm, or in its pinned images) and
+judge them against repro.toml. `cli.main` adds them with `register(subparsers)`."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from typing import Any
+
+from reprobox.cli import cells, options, ui
+from reprobox.core import spec
+from reprobox.run import pipeline
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `run` and `image` to the `reprobox` parser."""
+    run = subparsers.add_parser("run", help="run variants and judge them against expectations")
+    run.add_argument("repro", help="the repro to run (see `reprobox list`)")
+    options.add(run, *options.CELL, "matrix", "echo", "workers", *options.BACKEND, "format")
+    run.set_defaults(handler=cmd_run)
+
+    image = subparsers.add_parser("image", help="build a variant's pinned image (and --run it)")
+    image.add_argument("repro", help="the repro whose image to build (see `reprobox list`)")
+    options.add(image, *options.CELL)
+    image.add_argument("--run", action="store_true", help="run the variant in the image")
+    image.add_argument("--base", help="base image (e.g. a local stand-in for python:3.11-slim)")
+    options.add(image, "ca_bundle", "engine")
+    image.add_argument("--no-cache", action="store_true", help="rebuild every layer")
+    image.add_argument(
+        "--push",
+        metavar="REGISTRY",
+        help="push each image to REGISTRY/<repro> and record its digest for `reprobox k8s` "
+        "(oci:DIR: a local OCI layout, podman only)",
+    )
+    image.add_argument(
+        "--memory",
+        help="memory bound of each --run container, e.g. 16g (default: 4g per rank + 1g)",
+    )
+    options.add(image, "format")
+    image.set_defaults(handler=cmd_image)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    settings = options.settings(args)
+    repro = spec.load(settings.root, args.repro)
+    selected = cells.selected(repro, args)
+    records = cells.run(repro, selected, cells.backend(args), args)
+    ui.verdict_table(records, format=args.format)
+    cells.say_commits(records)
+    return cells.conclude(records)
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    """Build each selected cell's image; with --run, run the cells in them through the same
+    pipeline (preflight, batching, judge) as venv runs."""
+    from reprobox.run.backends import container
+
+    settings = options.settings(args)
+    if args.ca_bundle:
+        settings = replace(settings, ca_bundle=args.ca_bundle)
+    repro = spec.load(settings.root, args.repro)
+    selected = cells.selected(repro, args)
+    backend = container.ContainerBackend(
+        settings, container.find_engine(args.engine), base=args.base, no_cache=args.no_cache,
+        memory=args.memory,
+    )  # fmt: skip
+    if not args.run or args.push:
+        for cell in selected:
+            lock = pipeline.lock_for(
+                repro, cell.variant, cell.platform, dict(cell.packages), settings=settings
+            )
+            prepared = backend.prepare(repro, cell, lock)
+            if args.push:
+                pushed = container.push(backend.engine, prepared.handle, args.push,
+                                        settings.results)  # fmt: skip
+                ui.info(f"pushed {pushed.reference} ({cell.label})")
+    if not args.run:
+        _say_built(backend)
+        return 0
+    records = cells.run(repro, selected, backend, args)
+    _say_built(backend)
+    ui.verdict_table(records, format=args.format)
+    return cells.conclude(records)
+
+
+def _say_built(backend: Any) -> None:
+    for tag, built, seconds in dict.fromkeys(backend.built):
+        state = f"built in {seconds:.0f}s" if built else "already built"
+        ui.info(f"image {tag}: {state} ({backend.engine.name})")
