@@ -33,6 +33,7 @@ from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro, merge_pins
 from reprobox.envs import git, locks, venvs
 from reprobox.envs.torch_source import HostTorch
+from reprobox.run import repeats
 from reprobox.run.backend import Backend, Case, LaunchesMany, LaunchRequest, Prepared
 
 STOPPED_MID_LAUNCH = (
@@ -207,6 +208,8 @@ def run_cells(
                 _preflight(repro, item, backend, options, settings)
         ready = [item for item in pending if item.open]
         groups = _groups(repro, ready)
+        noisy = [g for g in groups if repeats.declared(repro, g[0].cell.variant)]
+        groups = [g for g in groups if g not in noisy]
         if len(groups) > 1 and hasattr(backend, "launch_many"):
             _launch_many(repro, groups, backend, options, records, on_start, on_record)
         elif options.workers > 1 and len(groups) > 1 and getattr(backend, "concurrent", False):
@@ -217,6 +220,11 @@ def run_cells(
                     on_start([item.cell for item in group])
                 _launch_group(repro, group, backend, options)
                 _finish(group, records, on_record)
+        for group in noisy:  # repeated launches, one cell at a time (run/repeats.py)
+            if on_start is not None:
+                on_start([item.cell for item in group])
+            _launch_group(repro, group, backend, options)
+            _finish(group, records, on_record)
         _finish([item for item in pending if item not in ready], records, on_record)
     finally:
         for item in pending:
@@ -460,8 +468,14 @@ def _launch_group(
     batch gets a plan file (see repros/README.md, "Batching")."""
     request = _begin(repro, group, backend, options)
     with recording(group):
-        assert group[0].prepared is not None
-        _judge_launch(repro, group, request, backend.launch(group[0].prepared, request))
+        lead = group[0]
+        assert lead.prepared is not None
+        if repeats.declared(repro, lead.cell.variant):
+            repeats.run(
+                repro, lead.record, lead.prepared, request, backend, options.workers, judge_case
+            )
+            return
+        _judge_launch(repro, group, request, backend.launch(lead.prepared, request))
 
 
 def _begin(
@@ -529,7 +543,8 @@ def _groups(repro: Repro, pending: list[Pending]) -> list[list[Pending]]:
         return [[item] for item in pending]
     groups: dict[Hashable, list[Pending]] = {}
     for item in pending:
-        groups.setdefault(launch_key(repro, item), []).append(item)
+        alone = repeats.declared(repro, item.cell.variant)  # a noisy cell's launches are its own
+        groups.setdefault(id(item) if alone else launch_key(repro, item), []).append(item)
     return list(groups.values())
 
 
@@ -586,7 +601,7 @@ def exit_code(records: Iterable[Record]) -> ExitCode:
         if record.status == Status.ERROR.value:
             return ExitCode(record.exit_code)
     codes = {r.exit_code for r in records}
-    for code in (ExitCode.FAILED, ExitCode.CANNOT_TEST):
+    for code in (ExitCode.FAILED, ExitCode.UNDECIDED, ExitCode.CANNOT_TEST):
         if code in codes:
             return code
     return ExitCode.OK
