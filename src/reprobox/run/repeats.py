@@ -26,6 +26,9 @@ from reprobox.run.backend import Backend, Case, LaunchRequest, Prepared
 
 SEED_ENV = "REPRO_SEED"
 REPEAT_ENV = "REPRO_REPEAT"
+# Drawn seeds stay below 2**24: a script may multiply its seed (kl takes a block of --seeds
+# per launch) and numpy refuses seeds of 2**32 and above.
+SEED_RANGE = 2**24
 JudgeCase = Callable[[Repro, Case, Launched, "list[Verdict] | None"], Judgement]
 
 
@@ -47,7 +50,7 @@ def run(
     (its samples saved as they come: an interrupt keeps every launch already judged)."""
     cell = request.lead.cell
     section = repro.verdict(cell.variant)
-    first = section.seed if section.seed is not None else secrets.randbelow(2**31)
+    first = section.seed if section.seed is not None else secrets.randbelow(SEED_RANGE)
     width = workers if workers > 1 and getattr(backend, "concurrent", False) else 1
     judged: list[Judgement] = []
     samples: list[dict[str, Any]] = []
