@@ -104,6 +104,12 @@ def test_a_coin_at_0_7_reproduces_and_one_at_0_is_clean(coin_root: Path) -> None
     assert table.returncode == ExitCode.OK, table.stderr
     row = next(line for line in table.stdout.splitlines() if " often " in line)
     assert f"n={stat['n']}" in row and "CI" in row and "reproduced" in row
+    report = reprobox("report", "coin", "--no-env")
+    assert report.returncode == ExitCode.OK, report.stdout + report.stderr
+    comment = (coin_root / "results" / "coin" / "_report" / "comment.md").read_text()
+    line = next(line for line in comment.splitlines() if "`often`" in line and "|" in line)
+    assert f"reproduced ({stat['reproduced']}/{stat['n']} reproduced" in line, line
+    assert f"n={stat['n']}" in line and "CI" in line
 
 
 def test_a_coin_at_0_5_with_a_tiny_budget_is_undecided_never_a_verdict(coin_root: Path) -> None:

@@ -19,7 +19,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from reprobox.bisect.summary import BisectSummary
-from reprobox.core import spec
+from reprobox.core import repeated, spec
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
@@ -230,8 +230,10 @@ class Builder:
         if self.judged:
             rows = []
             for r in self.judged:
-                verdict = f"{_MARK.get(r.status, '')} {r.verdict or 'error'}"
-                if r.status in ("mismatch", "error"):
+                verdict = f"{_MARK.get(r.status, '')} {r.verdict or r.status}"
+                if r.stat is not None:  # repeated launches: mean ± CI and n, not one number
+                    verdict += f" ({md.text(repeated.summary(r.stat))})"
+                if r.status in ("mismatch", "error", "undecided"):
                     verdict += f" (expected {r.expect})"
                 rows.append(
                     [md.code(r.label), verdict, *(md.number(r.metrics.get(m)) for m in metrics)]
