@@ -15,11 +15,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from wheel_index import WheelIndex
 
@@ -145,3 +151,30 @@ def test_launches_run_k_at_a_time_where_the_back_end_allows(coin_root: Path) -> 
     assert record["verdict"] == "reproduced"
     assert record["stat"]["n"] == len(record["samples"]) == 8  # 4 leave it open (3 of 4)
     assert sorted(s["repeat"] for s in record["samples"]) == list(range(8))
+
+
+def test_ctrl_c_in_the_repeats_keeps_the_launches_judged_and_leaves_nothing(
+    coin_root: Path,
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reprobox", "run", "coin", "--variant", "slow"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    folder = coin_root / "results" / "coin" / "cpu-slow"
+    deadline = time.monotonic() + 300
+    while not list(folder.glob("*/repeat-001")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # the second launch is running
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED, stderr
+    assert "Traceback" not in stderr
+    record = _record(coin_root, "slow")
+    assert record["reason"] == "interrupted" and record["verdict"] is None
+    assert [s["repeat"] for s in record["samples"]] == [0]  # the launch judged before it
+    left = []
+    for found in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(found.info["cmdline"] or [])
+        if str(coin_root) in cmdline and found.pid != os.getpid():
+            left.append(cmdline)
+    assert left == []
