@@ -47,7 +47,7 @@ def run(
     judge_case: JudgeCase,
 ) -> None:
     """Launch the request's one case repeatedly and put the cell's judgement in `record`
-    (its samples saved as they come: an interrupt keeps every launch already judged)."""
+    (its samples kept in it as they come: an interrupt saves every launch already judged)."""
     cell = request.lead.cell
     section = repro.verdict(cell.variant)
     first = section.seed if section.seed is not None else secrets.randbelow(SEED_RANGE)
