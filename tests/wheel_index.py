@@ -96,6 +96,18 @@ class WheelIndex:
                 self.end_headers()
                 self.wfile.write(page)
 
+            def do_HEAD(self) -> None:
+                """What uv asks before a range request for a wheel's metadata: its size, and
+                no Accept-Ranges, so it takes the whole wheel."""
+                path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+                if not (path.startswith("/files/") and path[7:] in index.wheels):
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(index.wheels[path[7:]].stat().st_size))
+                self.end_headers()
+
             def log_message(self, format: str, *args: object) -> None:
                 pass  # the request list is the log
 

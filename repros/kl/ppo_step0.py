@@ -125,7 +125,13 @@ def parse_args(argv=None):
         "--batch-size", type=int, default=16, help="PPO batch size per rank (mini batch = batch)"
     )
     p.add_argument("--max-new-tokens", type=int, default=24)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the first seed (default: REPRO_SEED x --seeds, so repeated launches with seeds "
+        "0, 1, 2, ... never share a seed; 0 without REPRO_SEED)",
+    )
     p.add_argument(
         "--bf16-via",
         choices=["accelerate", "ppo-config", "default"],
@@ -163,7 +169,10 @@ def parse_args(argv=None):
         default="auto",
         help="trl PPO API generation (auto: from the installed trl version)",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.seed is None:  # a harness's repeated launch: its own block of --seeds seeds
+        args.seed = int(os.environ.get("REPRO_SEED", "0")) * max(1, args.seeds)
+    return args
 
 
 # --------------------------------------------------------------------------------------------
@@ -587,6 +596,9 @@ def summarize_signed(per_rank: list[dict]) -> tuple[str, dict, str, dict]:
         "signed_kl_z": z,
         "signed_kl_n": float(pooled["n"]),
         "signed_kl_mean": pooled["mean"],
+        # the mean with its sign turned, so "above 0" is the sign trl#506 reported: what the
+        # repeated launches' t-test reads (repro.toml)
+        "signed_kl_negative_mean": -pooled["mean"],
         "signed_kl_se": pooled["se"],
         "signed_kl_fraction_negative": pooled["fraction_negative"],
         "signed_kl_systematic": float(sign),

@@ -104,9 +104,10 @@ verdict of each cell, `reprobox report NAME` writes an upstream-ready report."""
 _EPILOG = """\
 exit status: 0 every verdict as expected, 1 a verdict differs, 2 bad input, 3 the
 environment failed, 4 the run failed (a rank crashed or contradicts its result), 5 no
-container engine, 6 a lock or image fails its hash, 70 the harness failed, 124 timeout,
-129/130/143 hung up/interrupted/terminated; `verdict` answers 0 clean / 1 reproduced /
-125 cannot test and 255 for anything else, as `git bisect run` expects.
+container engine, 6 a lock or image fails its hash, 8 a noisy cell undecided, 70 the
+harness failed, 124 timeout, 129/130/143 hung up/interrupted/terminated; `verdict` answers
+0 clean / 1 reproduced / 125 cannot test or undecided and 255 for anything else, as
+`git bisect run` expects.
 `reprobox COMMAND --help` describes each command."""
 
 

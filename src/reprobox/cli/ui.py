@@ -20,6 +20,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from reprobox.core import repeated
 from reprobox.core.cells import Cell
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
@@ -35,6 +36,7 @@ console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 out = Console(highlight=False, emoji=False)
 
 _STATUS_STYLE = {"match": "green", "mismatch": "bold red", "recorded": "cyan", "error": "red"}
+_STATUS_STYLE["undecided"] = "yellow"
 
 TableFormat = Literal["auto", "rich", "plain", "markdown"]
 TABLE_FORMATS: tuple[TableFormat, ...] = ("auto", "rich", "plain", "markdown")
@@ -69,8 +71,9 @@ def info(message: str) -> None:
 
 def record_line(record: Record) -> None:
     """`lm_head broken: reproduced (expected reproduced) ok  lm_head/... 5.1s`"""
-    verdict = record.verdict or "error"
+    verdict = shown_verdict(record)
     mark = {"match": "ok", "mismatch": "MISMATCH", "recorded": "recorded", "error": "ERROR"}
+    mark["undecided"] = "UNDECIDED"
     shown = mark.get(record.status, record.status)
     if record.status == Status.MISMATCH and verdict == Verdict.CANNOT_TEST:
         shown = "CANNOT TEST"  # says nothing about the bug: not a verdict that missed
@@ -196,6 +199,11 @@ def table_format(requested: str = "auto") -> TableFormat:
     return "rich" if out.is_terminal and not _ci else "plain"
 
 
+def shown_verdict(record: Record) -> str:
+    """A record's verdict in words: "undecided" for a noisy cell its launches left open."""
+    return record.verdict or ("undecided" if record.status == "undecided" else "error")
+
+
 def verdict_rows(records: Iterable[Record]) -> list[tuple[str, ...]]:
     """The verdict table's rows (see `_VERDICT_COLUMNS`): one per cell, with the metrics its
     verdict rule read, else the reason."""
@@ -204,12 +212,14 @@ def verdict_rows(records: Iterable[Record]) -> list[tuple[str, ...]]:
         decided = ", ".join(
             f"{name}={_fmt(record.metrics.get(name))}" for name in record.decided_by
         )
+        if record.stat is not None:  # repeated launches: mean ± CI (n=...), not one number
+            decided = repeated.summary(record.stat)
         rows.append(
             (
                 record.repro,
                 record.label,
                 record.expect,
-                record.verdict or "error",
+                shown_verdict(record),
                 record.status,
                 decided or record.reason,
                 record.started_at,

@@ -27,13 +27,14 @@ _ANSWERS = (ExitCode.OK, ExitCode.FAILED, ExitCode.CANNOT_TEST)
 
 def bisect_code(code: int | None) -> int:
     """The exit code `verdict` ends with for the harness's `code`: 0 clean, 1 reproduced,
-    125 cannot test or an environment that cannot be installed (skip: git's convention for
-    a commit that does not build); anything else, an interrupt included, 255."""
+    125 cannot test, an environment that cannot be installed (skip: git's convention for
+    a commit that does not build) or a noisy verdict left undecided (neither good nor bad);
+    anything else, an interrupt included, 255."""
     if code is None:
         return int(ExitCode.OK)
     if code in _ANSWERS:
         return int(code)
-    if code == ExitCode.ENV_FAILED:
+    if code in (ExitCode.ENV_FAILED, ExitCode.UNDECIDED):
         return int(ExitCode.CANNOT_TEST)
     return STOP
 

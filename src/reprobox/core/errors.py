@@ -24,6 +24,9 @@ class ExitCode(IntEnum):
     RUN_FAILED = 4  # a rank crashed, or the result is missing or malformed
     NO_ENGINE = 5  # no usable container engine
     INTEGRITY = 6  # a lock or image does not match its recorded hash (tampered or corrupt)
+    # a noisy repro's repeated launches decided neither way within their budget (`verdict`:
+    # 125, skip): never a guess
+    UNDECIDED = 8
     HARNESS_FAILED = 70  # the harness itself failed (an unexpected error, a full disk)
     TIMEOUT = 124  # the launch outlived its timeout (as timeout(1) reports it)
     CANNOT_TEST = 125  # the variant cannot be tested here

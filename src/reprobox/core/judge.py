@@ -33,6 +33,7 @@ class Status(StrEnum):
     MISMATCH = "mismatch"
     RECORDED = "recorded"  # expectation `unknown`: measured, not judged
     ERROR = "error"  # no verdict: the run failed
+    UNDECIDED = "undecided"  # repeated launches decided neither way within their budget
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ class Judgement:
     metrics: dict[str, float] = field(default_factory=dict)
     decided_by: list[str] = field(default_factory=list)
     result: dict[str, Any] = field(default_factory=dict)
+    # repeated launches (core.repeated): every launch's verdict, metrics, seed and folder,
+    # and the test that turned them into this judgement
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    stat: dict[str, Any] | None = None
 
 
 def decide(

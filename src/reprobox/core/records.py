@@ -43,8 +43,8 @@ class Record(BaseModel):
     params: dict[str, str] = {}
     expect: str
     also_ok: list[str] = []
-    status: Status
-    verdict: Verdict | None  # None on error
+    status: Status  # match | mismatch | recorded | error | undecided
+    verdict: Verdict | None  # None on error and undecided
     reason: str = ""
     exit_code: int = 0  # the harness exit code this record implies
     metrics: dict[str, float] = {}
@@ -68,6 +68,10 @@ class Record(BaseModel):
     started_at: str = ""
     dir: str = ""
     batch_dir: str = ""  # set when the cell ran in a launch led by another cell's directory
+    # a noisy cell ([verdict] repeats): every launch (verdict, metrics, seed, folder) and the
+    # test that decided (name, statistic, p, interval, n, alpha, effect); older records lack them
+    samples: list[dict[str, Any]] = []
+    stat: dict[str, Any] | None = None
     record_schema: int = Field(default=RECORD_SCHEMA, alias="schema")
 
     @classmethod
@@ -94,6 +98,7 @@ class Record(BaseModel):
         self.status = judged.status
         self.reason = secrets_out(judged.reason)
         self.exit_code = int(judged.exit_code)
+        self.samples, self.stat = secrets_out(judged.samples), judged.stat
 
     def cell(self) -> Cell:
         """The cell this record measured (expectations as recorded)."""
@@ -141,7 +146,10 @@ def utc_now() -> str:
 def measured(record: Record) -> bool:
     """A record that says something about the bug: the judge reached a verdict (clean,
     reproduced, cannot test) from a run that ended. Interrupted, errored and never-launched
-    runs measured nothing."""
+    runs measured nothing. An undecided noisy cell measured that its launches decide neither
+    way: no verdict, and no older one shown in its place."""
+    if record.status == Status.UNDECIDED:
+        return True
     return record.verdict is not None and record.status != Status.ERROR
 
 

@@ -26,7 +26,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from reprobox.core.errors import BadInput, SpecError
 from reprobox.core.protocol import Expectation, Verdict
@@ -102,8 +102,40 @@ class Rule(_Section):
     above: float = Field(strict=True, allow_inf_nan=False)
 
 
+Probability = Annotated[float, Field(gt=0, lt=0.5, strict=True)]
+Launches = Annotated[int, Field(ge=1, le=1000, strict=True)]
+
+
 class VerdictSection(_Section):
+    """How a launch's result becomes a verdict; with `repeats`, how many launches do.
+
+    A noisy outcome (`repeats`, docs in repros/README.md, "Noisy outcomes") is judged from
+    repeated launches with a stated test: "sprt" reads each launch's verdict (pass/fail);
+    "t" and "sign" read `metric` against `threshold` (default: the rule's `above` for it)."""
+
     reproduced_if: list[Rule] = Field(min_length=1)
+    repeats: Launches | Literal["auto"] | None = None  # None: one launch, as always
+    test: Literal["sprt", "t", "sign"] = "sprt"
+    metric: str | None = None  # t / sign: the metric whose samples are tested
+    threshold: float | None = Field(default=None, strict=True, allow_inf_nan=False)
+    alpha: Probability = 0.01  # the chance of calling a clean cell reproduced
+    beta: Probability = 0.01  # sprt: the chance of calling a reproducing cell clean
+    # the smallest effect that matters: sprt, the reproduction rate above `floor` (default
+    # 0.5); t / sign, the excess over `threshold` (default 0)
+    effect: float | None = Field(default=None, ge=0, strict=True, allow_inf_nan=False)
+    floor: float = Field(default=0.0, ge=0, lt=1, strict=True)  # sprt: a clean cell's rate
+    budget: Launches = 20  # repeats = "auto": the most launches
+    seed: int | None = Field(default=None, ge=0, strict=True)  # REPRO_SEED of the first launch
+
+    @field_validator("repeats", mode="before")
+    @classmethod
+    def _repeats(cls, value: object) -> object:
+        """One plain message for what is neither a number of launches nor "auto"."""
+        if value is None or value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+            raise ValueError(f'give a number of launches (1 to 1000) or "auto"; got {value!r}')
+        return value
 
 
 class Variant(_Section):
@@ -227,8 +259,11 @@ class Repro:
 
     def rules(self, variant: str) -> list[Rule]:
         """The verdict rule of a variant: its own, else the repro's."""
-        own = self.variant(variant).verdict
-        return list((own or self.spec.verdict).reproduced_if)
+        return list(self.verdict(variant).reproduced_if)
+
+    def verdict(self, variant: str) -> VerdictSection:
+        """The [verdict] of a variant: its own, else the repro's."""
+        return self.variant(variant).verdict or self.spec.verdict
 
     def launch(self, variant: str) -> LaunchSection:
         """[launch] with the variant's overrides applied."""

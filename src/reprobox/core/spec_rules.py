@@ -18,7 +18,7 @@ from reprobox.core.errors import SpecError
 from reprobox.core.instants import exclude_newer_problem
 
 if TYPE_CHECKING:
-    from reprobox.core.spec import LaunchSection, MatrixSection, Repro
+    from reprobox.core.spec import LaunchSection, MatrixSection, Repro, VerdictSection
 
 RESERVED_VARIANT_NAMES = {"default"}
 # Names that become folder, lock-file and nox-session names (variants, platforms).
@@ -81,9 +81,12 @@ def check_semantics(repro: Repro, shown: str) -> None:
         if "torch" in {canonicalize_name(p) for p in platform.host_packages}:
             fail(f"platforms.{name}.host_packages", "torch's range is host_torch")
     _check_launch(repro, spec.launch, "launch", fail)
+    _check_repeats(spec.verdict, "verdict", fail)
 
     for name, variant in spec.variants.items():
         where = f"variants.{name}"
+        if variant.verdict is not None:
+            _check_repeats(variant.verdict, f"{where}.verdict", fail)
         if not SLUG.match(name):
             fail(where, _NOT_A_SLUG)
         if name in RESERVED_VARIANT_NAMES:
@@ -119,6 +122,30 @@ _NOT_A_SLUG = (
     "not a valid name: letters, digits, '_' and '-', starting with a letter or digit, "
     "at most 64 characters (it names folders and nox sessions)"
 )
+
+
+def _check_repeats(verdict: VerdictSection, where: str, fail: Fail) -> None:
+    """A statistical verdict names what it tests: a metric test its metric and the value it
+    is held against; pass/fail rates that fit in [0, 1]; enough launches for a t-test."""
+    if verdict.test == "sprt":
+        for name in ("metric", "threshold"):
+            if getattr(verdict, name) is not None:
+                fail(f"{where}.{name}", 'only a metric test (test = "t" or "sign") reads it')
+        effect = 0.5 if verdict.effect is None else verdict.effect
+        if not 0 < effect <= 1 - verdict.floor:
+            fail(f"{where}.effect", f"floor + effect must lie in (floor, 1]; got {effect:g}")
+        return
+    if verdict.metric is None:
+        fail(f"{where}.metric", f"test = {verdict.test!r} needs the metric it tests")
+    if verdict.threshold is None and verdict.metric not in {
+        r.metric for r in verdict.reproduced_if
+    }:
+        fail(f"{where}.threshold", f"no rule reads {verdict.metric!r}: say the value it is held to")
+    if verdict.repeats is None:
+        fail(f"{where}.repeats", f"test = {verdict.test!r} reads repeated launches: set repeats")
+    least = verdict.budget if verdict.repeats == "auto" else verdict.repeats
+    if verdict.test == "t" and isinstance(least, int) and least < 2:
+        fail(f"{where}.repeats", "a t-test needs at least two launches")
 
 
 def _check_launch(repro: Repro, launch: LaunchSection, where: str, fail: Fail) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from reprobox.core import spec
+from reprobox.core import repeated, spec
+from reprobox.core.judge import Status
 from reprobox.report import markdown as md
 from reprobox.report import plots
 from reprobox.report.markdown import Section
@@ -28,8 +29,10 @@ def results(b: Builder) -> list[Section]:
     if b.judged:
         rows = []
         for r in b.judged:
-            verdict = f"{MARK.get(r.status, '')} {r.verdict or 'error'}"
-            if r.status in ("mismatch", "error"):
+            verdict = f"{MARK.get(r.status, '')} {r.verdict or r.status}"
+            if r.stat is not None:  # repeated launches: mean ± CI and n, not one number
+                verdict += f" ({md.text(repeated.summary(r.stat))})"
+            if r.status in (Status.MISMATCH, Status.ERROR, Status.UNDECIDED):
                 verdict += f" (expected {r.expect})"
             rows.append(
                 [md.code(r.label), verdict, *(md.number(r.metrics.get(m)) for m in metrics)]

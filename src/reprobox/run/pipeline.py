@@ -24,7 +24,7 @@ from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
-from reprobox.run import capabilities, host_check
+from reprobox.run import capabilities, host_check, repeats
 from reprobox.run.backend import Backend, Case, LaunchRequest, Prepared
 from reprobox.run.capabilities import LaunchesConcurrently, LaunchesMany
 
@@ -90,6 +90,8 @@ def run_cells(
                 _preflight(repro, item, backend, options, settings)
         ready = [item for item in pending if item.open]
         groups = _groups(repro, ready)
+        noisy = [g for g in groups if repeats.declared(repro, g[0].cell.variant)]
+        groups = [g for g in groups if g not in noisy]
         many = capabilities.many(backend) if len(groups) > 1 else None
         threads = capabilities.concurrent(backend) if options.workers > 1 else None
         if many is not None:
@@ -102,6 +104,11 @@ def run_cells(
                     on_start([item.cell for item in group])
                 _launch_group(repro, group, backend, options)
                 finish(group, records, on_record)
+        for group in noisy:  # repeated launches, one cell at a time (run/repeats.py)
+            if on_start is not None:
+                on_start([item.cell for item in group])
+            _launch_group(repro, group, backend, options)
+            finish(group, records, on_record)
         finish([item for item in pending if item not in ready], records, on_record)
     finally:
         for item in pending:
@@ -292,8 +299,14 @@ def _launch_group(
     batch gets a plan file (see repros/README.md, "Batching")."""
     request = _begin(repro, group, backend, options)
     with recording(group):
-        assert group[0].prepared is not None
-        judge_launch(repro, group, request, backend.launch(group[0].prepared, request))
+        lead = group[0]
+        assert lead.prepared is not None
+        if repeats.declared(repro, lead.cell.variant):
+            repeats.run(
+                repro, lead.record, lead.prepared, request, backend, options.workers, judge_case
+            )
+            return
+        judge_launch(repro, group, request, backend.launch(lead.prepared, request))
 
 
 def _begin(
@@ -338,5 +351,6 @@ def _groups(repro: Repro, pending: list[Pending]) -> list[list[Pending]]:
         return [[item] for item in pending]
     groups: dict[Hashable, list[Pending]] = {}
     for item in pending:
-        groups.setdefault(launch_key(repro, item), []).append(item)
+        alone = repeats.declared(repro, item.cell.variant)  # a noisy cell's launches are its own
+        groups.setdefault(id(item) if alone else launch_key(repro, item), []).append(item)
     return list(groups.values())
