@@ -130,7 +130,7 @@ def exit_code(records: Iterable[Record]) -> ExitCode:
         if record.status == Status.ERROR.value:
             return ExitCode(record.exit_code)
     codes = {r.exit_code for r in records}
-    for code in (ExitCode.FAILED, ExitCode.CANNOT_TEST):
+    for code in (ExitCode.FAILED, ExitCode.UNDECIDED, ExitCode.CANNOT_TEST):
         if code in codes:
             return code
     return ExitCode.OK
