@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from reprobox.cli import bundle as bundle_cli
 from reprobox.cli import export as export_cli
+from reprobox.cli import flaky_options, ui
 from reprobox.cli import gpu_check as gpu_check_cli
 from reprobox.cli import listing as list_cli
 from reprobox.cli import report as report_cli
 from reprobox.cli import scaleout as scaleout_cli
-from reprobox.cli import ui
 from reprobox.cli import verdict as verdict_cli
 from reprobox.cli import wheelhouse as wheelhouse_cli
 from reprobox.core import cells as matrix
@@ -242,6 +242,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --commits: walk the first-parent history only (default true: a merged "
         "pull request is one step); false descends into a merge to the commit inside it",
     )
+    flaky_options.add_arguments(bisect, _boolean)
     _source_arguments(bisect)
     _workers_argument(bisect, "probes")
     _backend_arguments(bisect)
@@ -624,12 +625,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from reprobox.bisect import commits, dates, releases
 
     target, defaults = _bisect_target(args)
-    if args.confirm < 0:
-        raise BadInput("--confirm must be 0 or more")
     if not args.commits and (args.repo or args.tag_format or args.first_parent is not True):
         raise BadInput("--repo, --tag-format and --first-parent go with --commits")
-    if args.workers > 1 and (args.commits or args.by_date):
-        ui.info("reprobox: --workers applies to release bisects; this one probes one at a time")
+    strategy = flaky_options.strategy(args, target.repro)
     with ui.BisectProgress(target.repro.name) as progress:
         if args.commits:
             if args.by_date:
@@ -649,6 +647,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 verify=args.verify,
                 log_path=args.log,
                 on_probe=progress.probe,
+                strategy=strategy,
             )
         elif args.by_date:
             start, end = dates.parse_dates(args.by_date)
@@ -663,6 +662,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 verify=args.verify,
                 log_path=args.log,
                 on_probe=progress.probe,
+                strategy=strategy,
             )
         else:
             package = args.package or (defaults.package if defaults else None)
@@ -682,11 +682,12 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 verify=args.verify,
                 log_path=args.log,
                 on_probe=progress.probe,
-                workers=args.workers,
+                strategy=strategy,
             )
     ui.bisect_summary(summary)
-    # Only "found" and "ambiguous" are answers; flaky and non-monotone histories are not.
-    return int(ExitCode.FAILED if summary.status in ("flaky", "non-monotone") else ExitCode.OK)
+    # Only "found" and "ambiguous" are answers; flaky, non-monotone, undecided and no-change
+    # histories name no boundary.
+    return int(ExitCode.OK if summary.status in ("found", "ambiguous") else ExitCode.FAILED)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
