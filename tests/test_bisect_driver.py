@@ -23,6 +23,7 @@ from reprobox.bisect.dates import DateItem, date_bisect
 from reprobox.bisect.prober import BisectError, Outcome, Probes
 from reprobox.bisect.releases import release_bisect
 from reprobox.bisect.summary import BisectSummary, ProbeEntry, read_summary
+from reprobox.bisect.sweep import sweep
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import RecordStore
 
@@ -87,7 +88,7 @@ def test_every_axis_is_searched_by_the_one_driver(
         kinds.append(axis.kind)
         return real(target, axis, strategy, **kw)
 
-    for module in ("releases", "dates", "commits"):
+    for module in ("releases", "dates", "commits", "sweep"):
         monkeypatch.setattr(f"reprobox.bisect.{module}.drive", spy)
     plain = Noisy(p=1.0)
     summary = _bisect(tmp_path, plain, Strategy())
@@ -98,7 +99,12 @@ def test_every_axis_is_searched_by_the_one_driver(
         index=index, verify=0, probes_for=_date_probes,
     )  # fmt: skip
     assert days.status == "found" and days.first == "2023-10-24", days.result
-    assert kinds == ["release", "date"]  # the commit axis: tests/test_commits.py (real git)
+    mapped = sweep(
+        hist_target(tmp_path), "transformers", ">=4.46.1,<=4.48.2", transformers_index(),
+        probes=Noisy(p=1.0).probes,
+    )  # fmt: skip
+    assert mapped.affected == ">=4.48.0,<=4.48.2" and mapped.runs == len(RANGE), mapped.result
+    assert kinds == ["release", "date", "sweep"]  # the commit axis: tests/test_commits.py
 
 
 def test_a_date_bisect_with_ends_alike_names_the_verdicts_on_disk_inside(tmp_path: Path) -> None:

@@ -33,8 +33,9 @@ DEFAULT_MAX_RUNS = 300
 @dataclass(frozen=True)
 class Strategy:
     """How the driver searches. `flaky`: the posterior search (`bisect.flaky`), stopping at
-    `confidence` or after `max_runs` launches; else binary (`workers` 1) or a multisection
-    (`workers` K), each boundary probe repeated `confirm` times, `verify` probes per side."""
+    `confidence` or after `max_runs` launches; `mapping`: no search, every item probed once
+    (a sweep); else binary (`workers` 1) or a multisection (`workers` K), each boundary
+    probe repeated `confirm` times, `verify` probes per side."""
 
     confirm: int = 1
     verify: int | None = None
@@ -42,6 +43,7 @@ class Strategy:
     flaky: bool = False
     confidence: float = DEFAULT_CONFIDENCE
     max_runs: int = DEFAULT_MAX_RUNS
+    mapping: bool = False
 
     def check(self) -> Strategy:
         """The strategy, or BadInput naming the first flag out of its range."""
@@ -71,7 +73,8 @@ class Axis(Generic[T]):
     either way round: a date range has no good or bad end). The hooks let an axis add what
     only it knows: `refine` runs after the search while probes can still run (a date's
     delta debugging, a commit's descent into a merge), `notes` adds to the assumption,
-    `answer` writes the closing line (default: `summary.answer`)."""
+    `answer` writes the closing line (default: `summary.answer`; it may fill in what the
+    line names, a commit's details), `summarize` makes a map's summary (a sweep)."""
 
     kind: Kind
     noun: str  # in the assumption: "release", "day", "commit"
@@ -95,10 +98,11 @@ class Axis(Generic[T]):
     refine: Callable[[Run[T]], None] | None = None
     notes: Callable[[Run[T]], str] | None = None
     answer: Callable[[BisectSummary, Run[T]], str] | None = None
+    summarize: Callable[[Run[T]], BisectSummary] | None = None
 
     def __post_init__(self) -> None:
-        if len(self.items) < 2:
-            raise BadInput(f"a bisect needs at least two {self.noun}s")
+        if not self.items:
+            raise BadInput(f"no {self.noun} to probe")
         if not any(self.ends):
             self.ends = (self.describe(self.items[0]), self.describe(self.items[-1]))
         self.word = self.word or self.noun

@@ -1,4 +1,4 @@
-"""The one bisect driver: every axis (releases, days, commits) is searched the same way.
+"""The one bisect driver: every axis (releases, days, commits; a sweep's map) runs the same way.
 
 It holds the probe log, builds the prober from the axis's probes, checks the ends (with the
 verdicts already on disk, so ends alike name what differs inside the range), runs the
@@ -20,7 +20,7 @@ from reprobox.bisect import checks, posterior
 from reprobox.bisect.axes import Axis, Strategy
 from reprobox.bisect.flaky import FlakyAnswer
 from reprobox.bisect.log import ProbeLog
-from reprobox.bisect.prober import Prober, Target, answering, default_log
+from reprobox.bisect.prober import BisectError, Prober, Target, answering, default_log
 from reprobox.bisect.search import BisectResult, ThreadRunner, bisect, multisect
 from reprobox.bisect.summary import (
     BisectSummary,
@@ -32,6 +32,7 @@ from reprobox.bisect.summary import (
     runs_dir,
     write_summary,
 )
+from reprobox.core.protocol import Verdict
 
 T = TypeVar("T")
 
@@ -56,6 +57,7 @@ class Run(Generic[T]):
     more: dict[str, Any] = field(default_factory=dict)  # fields the axis adds to the summary
     flaky: FlakyAnswer[T] | None = None
     checked: posterior.Checked | None = None
+    verdicts: list[tuple[T, Verdict | None]] = field(default_factory=list)  # a map's
 
     def on_disk(self) -> tuple[list[checks.Known], str]:
         """Verdicts on disk about this range, beyond this session's probes."""
@@ -75,6 +77,8 @@ def drive(
     beside the log (`--log`, or one derived from the axis's header: same question, same
     log, so running it again resumes)."""
     strategy = strategy.check()
+    if not strategy.mapping and len(axis.items) < 2:
+        raise BisectError(f"a bisect needs at least two {axis.noun}s")
     path = log_path or default_log(target, axis.header)
     question = BisectSummary.model_validate(axis.fields)
     with ProbeLog(path, axis.header) as log:
@@ -83,7 +87,9 @@ def drive(
         run = Run(axis, target, prober, log, strategy, question)
         started = time.monotonic()
         try:
-            if strategy.flaky:
+            if strategy.mapping:
+                _map(run)
+            elif strategy.flaky:
                 posterior.search(run)
             else:
                 _search(run)
@@ -91,9 +97,28 @@ def drive(
                     axis.refine(run)
         finally:
             prober.close()
-        summary = posterior.summarize(run) if strategy.flaky else _summarize(run)
+        if strategy.mapping:
+            assert axis.summarize is not None, "a map needs the axis's summary"
+            summary = axis.summarize(run)
+        elif strategy.flaky:
+            summary = posterior.summarize(run)
+        else:
+            summary = _summarize(run)
         summary = summary.counts(prober.runs, len(axis.items), time.monotonic() - started)
         return write_summary(path, summary)
+
+
+def _map(run: Run[T]) -> None:
+    """Every item probed once, `workers` at a time (one at a time: the next one's environment
+    prepared while the current one runs)."""
+    items, prober, workers = list(run.axis.items), run.prober, run.strategy.workers
+    if workers > 1:
+        found = prober.probe_all([(item, 1) for item in items], workers)
+        run.verdicts = list(zip(items, found, strict=True))
+        return
+    for number, item in enumerate(items):
+        prober.prefetch(items[number + 1 : number + 2])
+        run.verdicts.append((item, prober(item, 1)))
 
 
 def _search(run: Run[T]) -> None:
