@@ -42,6 +42,7 @@ class Noisy:
     fixed: bool = False
     calls: list[tuple[str, int]] = field(default_factory=list)
     interrupt_after: int | None = None
+    skip: frozenset[str] = frozenset()  # cannot test these
     in_flight: int = 0
     most_at_once: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -53,6 +54,10 @@ class Noisy:
             self.calls.append((item, attempt))
             self.in_flight += 1
             self.most_at_once = max(self.most_at_once, self.in_flight)
+        if item in self.skip:
+            with self.lock:
+                self.in_flight -= 1
+            return Outcome("skip", reason="cannot test: no such op here")
         try:
             threading.Event().wait(0.01)
             past = self.culprit is not None and RANGE.index(item) >= RANGE.index(self.culprit)
@@ -154,6 +159,19 @@ def test_a_noisy_fix_is_named_as_the_first_clean_release(tmp_path: Path) -> None
     assert (summary.first, summary.last_start) == ("4.48.0", "4.47.1")
     assert summary.result.startswith("first clean release: transformers 4.48.0 (posterior ")
     assert " before 4.48.0, 0 of " in summary.result
+
+
+def test_a_candidate_that_cannot_be_tested_is_skipped_and_named(tmp_path: Path) -> None:
+    history = Noisy(skip=frozenset({"4.47.1"}))
+    summary = _bisect(tmp_path, history)
+    assert history.calls.count(("4.47.1", 1)) == 1  # skipped once, never probed again
+    assert ("4.47.1", 2) not in history.calls
+    assert "cannot test 4.47.1 (skipped)" in summary.result
+    assert summary.runs < 60  # it stops once no probe can tell the two apart
+    # the boundary is either side of the untestable release: never claimed as 4.48.0 alone
+    assert summary.status in ("found", "undecided"), summary.result
+    if summary.status == "found":
+        assert summary.first == "4.48.0" and summary.last_start == "4.47.1"
 
 
 def test_no_change_in_the_range_is_an_answer_but_no_boundary(tmp_path: Path) -> None:

@@ -92,6 +92,7 @@ class Axis(Generic[T]):
     word: str = ""  # the noun of the answer line ("release", "date"); default: noun
     suggest: str = ""  # what an uncertain answer suggests
     sweep: str = ""  # the command that probes every item, when there is one
+    ends_advice: str = ""  # what ends alike suggest without a sweep
     yanked: list[str] = field(default_factory=list)
     advice: Callable[[SearchError], str] | None = None
     ends: tuple[str, str] = ("", "")  # the range's ends as the assumption names them

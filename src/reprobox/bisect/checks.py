@@ -207,6 +207,7 @@ def check_ends(
     key: Callable[[str], object] = str,
     flags: tuple[str, str] = ("--good", "--bad"),
     either_way: bool = False,
+    advice: str = "",
 ) -> None:
     """Fail fast, before any search, when the ends are not what the user says they are.
     Ends with the same verdict are no answer either way: the change may have come and gone
@@ -214,7 +215,8 @@ def check_ends(
     (`items`, names compared by `key`) that differ are named (`sweep`, when given, is the
     command that probes every item). With `workers` > 1 both ends run at once. `flags` name
     the ends in errors; `either_way`: a range without a good or bad end (days), where a
-    fix (reproducing, then clean) is a question too."""
+    fix (reproducing, then clean) is a question too. `advice` follows ends alike when there
+    is no `sweep` to suggest."""
     if workers > 1:
         prober.probe_all([(good, 1), (bad, 1)], workers)  # the loop below reads them back
     good_flag, bad_flag = flags
@@ -248,7 +250,7 @@ def check_ends(
             bad,
             Verdict.CLEAN if got[bad_flag] is Verdict.REPRODUCED else Verdict.REPRODUCED,
         )
-    hint = f"; `{sweep}` probes every {noun}" if sweep else ""
+    hint = f"; `{sweep}` probes every {noun}" if sweep else advice
     other = Verdict.REPRODUCED if got[good_flag] is Verdict.CLEAN else Verdict.CLEAN
     inside = seen_inside(on_disk, items, other, key)
     if inside:

@@ -255,20 +255,20 @@ def date_axis(
     axis: Axis[DateItem] = Axis(
         kind="date", noun="day", word="date", items=days, header=header, fields=fields,
         probes_for=probes_of, describe=describe, flags=("start", "end"),
-        advice=_same_ends_advice, refine=refine, answer=answer_line,
+        advice=_same_ends_advice, refine=refine, ends_advice=f"; {SAME_ENDS}", answer=answer_line,
         notes=lambda run: pinned_target.note(),
         suggest="; bisect the releases of a floated package with `reprobox sweep`",
     )  # fmt: skip
     return target, axis
 
 
+SAME_ENDS = "bisect a shorter range, or map a floated package's releases with `reprobox sweep`"
+
+
 def _same_ends_advice(exc: SearchError) -> str:
     if not exc.same_ends:
         return ""
-    return (
-        "; the change may have come and gone inside the range: bisect a shorter range, or map "
-        "a floated package's releases with `reprobox sweep`"
-    )
+    return f"; the change may have come and gone inside the range: {SAME_ENDS}"
 
 
 def _change(name: str, before: dict[str, str], after: dict[str, str]) -> str:

@@ -131,7 +131,7 @@ def _search(run: Run[T]) -> None:
     checks.check_ends(
         prober, good, bad, shown=axis.name_of, noun=axis.noun, sweep=axis.sweep,
         workers=workers, items=axis.names, on_disk=before, key=axis.key, flags=axis.flags,
-        either_way=axis.good is None,
+        either_way=axis.good is None, advice=axis.ends_advice,
     )  # fmt: skip
     with answering(axis.advice):
         if workers > 1:

@@ -139,6 +139,10 @@ def _assumption(run: Run[T], answer: FlakyAnswer[T]) -> str:
         f"assuming at most one change between {axis.ends[0]} and {axis.ends[1]}; "
         f"{probed} of {len(axis.items)} {axis.noun}s probed"
     )
+    skipped = [item for item, seen in answer.observations if seen is None]
+    if skipped:
+        listed = ", ".join(axis.describe(item) for item in skipped)
+        extra += f"; cannot test {listed} (skipped)"
     held = run.checked
     if held is not None:
         extra += (
@@ -206,10 +210,15 @@ def _line(
         if held is not None and not held.holds
         else ""
     )
+    more = (
+        "run more with a higher --max-runs, or map"
+        if answer.runs >= run.strategy.max_runs
+        else "no probe left can tell them apart; map"
+    )
     return (
         f"undecided {runs} (target {run.strategy.confidence}): {why}the first {kind} "
-        f"{axis.word} could be {subject}{listed}; run more with a higher --max-runs, or map "
-        f"every {axis.noun} with a sweep ({summary.assumption})"
+        f"{axis.word} could be {subject}{listed}; {more} every {axis.noun} with a sweep "
+        f"({summary.assumption})"
     )
 
 
