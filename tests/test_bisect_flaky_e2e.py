@@ -215,3 +215,13 @@ def test_a_noisy_bisect_killed_with_sigkill_resumes_from_its_log(noisy_root: Pat
     assert sum(1 for p in summary.probes if p.resumed) >= finished >= 4
     keys = [p.key for p in summary.probes]
     assert len(keys) == len(set(keys))  # no probe measured twice
+
+
+def test_a_noisy_bisect_with_two_workers_names_the_same_release(noisy_root: Path) -> None:
+    done = reprobox(*ARGS, "--workers", "2")
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    print(f"\n{last}")
+    assert last.startswith(f"first reproducing release: {PACKAGE} 1.3.0 (posterior 0.99")
+    summary = _summary(done.stderr)
+    assert summary.runs > summary.distinct_probed and summary.strategy == "flaky"
