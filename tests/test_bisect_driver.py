@@ -234,6 +234,21 @@ def test_verdicts_on_disk_that_disagree_leave_it_undecided(tmp_path: Path) -> No
     assert "8 verdict(s) on disk move the posterior" in summary.result
 
 
+def test_an_undecided_search_only_counts_the_verdicts_on_disk_in(tmp_path: Path) -> None:
+    target = hist_target(tmp_path)
+    earlier = RecordStore(target.results).bisect_dir("hist") / "earlier"
+    earlier.mkdir(parents=True)
+    agree = [ProbeEntry(key="4.46.2#1", item="4.46.2", verdict="clean")]
+    seen = BisectSummary(kind="sweep", repro="hist", variant="broken", package="transformers")
+    (earlier / "summary.json").write_text(
+        seen.model_copy(update={"probes": agree}).model_dump_json()
+    )
+    summary = _bisect(tmp_path, Noisy(), Strategy(flaky=True, max_runs=4))
+    assert summary.status == "undecided" and summary.agreeing == 0, summary.result
+    assert "1 verdict(s) on disk counted in" in summary.result
+    assert "move the posterior" not in summary.result
+
+
 def test_verdicts_on_disk_that_agree_are_counted(tmp_path: Path) -> None:
     target = hist_target(tmp_path)
     earlier = RecordStore(target.results).bisect_dir("hist") / "earlier"

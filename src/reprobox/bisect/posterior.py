@@ -35,7 +35,13 @@ class Checked:
 
     used: int
     holds: bool
-    answer: Any  # FlakyAnswer: the posterior over every observation, disk ones included
+    answer: FlakyAnswer[Any]  # the posterior over every observation, disk ones included
+    undecided: bool = False  # the search had no answer to hold: they are only counted in
+
+    @property
+    def moved(self) -> bool:
+        """The verdicts on disk took the search's answer below the target."""
+        return not self.holds and not self.undecided
 
 
 def search(run: Run[T]) -> None:
@@ -73,8 +79,9 @@ def search(run: Run[T]) -> None:
             observations=[*run.flaky.observations, *disk],
         )  # fmt: skip
         mine = run.flaky
-        holds = (both.status, both.culprit) == (mine.status, mine.culprit)
-        run.checked = Checked(len(disk), holds and both.confidence >= strategy.confidence, both)
+        same = (both.status, both.culprit) == (mine.status, mine.culprit)
+        holds = mine.status != "undecided" and same and both.confidence >= strategy.confidence
+        run.checked = Checked(len(disk), holds, both, undecided=mine.status == "undecided")
 
 
 def _seen(verdict: Verdict | None) -> bool | None:
@@ -88,8 +95,8 @@ def summarize(run: Run[T]) -> BisectSummary:
     axis, flaky = run.axis, run.flaky
     assert flaky is not None
     held = run.checked
-    moved = held is not None and not held.holds
-    answer: FlakyAnswer[T] = held.answer if held is not None and moved else flaky
+    counted = held is not None and (held.moved or held.undecided)  # answer from all of them
+    answer: FlakyAnswer[T] = held.answer if held is not None and counted else flaky
     newest_first = bool(run.more.get("newest_first"))
     order = list(axis.items)[::-1] if newest_first else list(axis.items)
     name = axis.describe
@@ -99,7 +106,7 @@ def summarize(run: Run[T]) -> BisectSummary:
         return name(order[order.index(culprit) - 1] if newest_first else culprit)
 
     status = {"found": "found", "no_change": "no-change"}.get(answer.status, "undecided")
-    status = "undecided" if moved else status
+    status = "undecided" if counted else status  # disk verdicts confirm, never decide
     fields: dict[str, Any] = {
         **axis.fields,
         "status": status,
@@ -112,7 +119,7 @@ def summarize(run: Run[T]) -> BisectSummary:
         "no_change": round(answer.no_change, 4),
         "posterior": {first_of(item): round(p, 4) for item, p in answer.posterior},
         "outcomes": {name(item): [k, n] for item, k, n in answer.counts},
-        "agreeing": held.used if held is not None and not moved else 0,
+        "agreeing": held.used if held is not None and held.holds else 0,
     }
     if status == "found" and answer.culprit is not None:
         at = order.index(answer.culprit)
@@ -149,6 +156,8 @@ def _assumption(run: Run[T], answer: FlakyAnswer[T]) -> str:
             f"; {held.used} verdict(s) on disk agree"
             if held.holds
             else f"; {held.used} verdict(s) on disk move the posterior"
+            if held.moved
+            else f"; {held.used} verdict(s) on disk counted in"
         )
     if run.unread:
         extra += f"; {run.unread}"
@@ -207,7 +216,7 @@ def _line(
     held = run.checked
     why = (
         "verdicts on disk move the posterior off the search's answer; "
-        if held is not None and not held.holds
+        if held is not None and held.moved
         else ""
     )
     more = (
