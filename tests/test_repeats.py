@@ -131,7 +131,9 @@ def test_the_table_shows_mean_ci_and_n_and_undecided(tmp_path: Path) -> None:
         reproduced_if=[Rule(metric="gap", above=0.0)], repeats=3, test="t", metric="gap"
     )
     out = _judge(section, [_launch(Verdict.REPRODUCED, gap=v) for v in (0.9, 1.0, 1.1)])
-    record = Record(repro="r", variant="v", label="v", expect="reproduced", status="error", verdict=None)
+    record = Record(
+        repro="r", variant="v", label="v", expect="reproduced", status="error", verdict=None
+    )
     record.dir = str(tmp_path)
     from reprobox.core.judge import Launched
 

@@ -194,27 +194,34 @@ def seen_inside(
 
 
 def check_ends(
-    prober: Prober[str],
-    good: str,
-    bad: str,
+    prober: Prober[T],
+    good: T,
+    bad: T,
     *,
-    shown: Callable[[str], str] = str,
+    shown: Callable[[T], str] = str,
     noun: str = "release",
     sweep: str = "",
     workers: int = 1,
     items: Sequence[str] = (),
     on_disk: Sequence[Known] = (),
     key: Callable[[str], object] = str,
+    flags: tuple[str, str] = ("--good", "--bad"),
+    either_way: bool = False,
+    advice: str = "",
 ) -> None:
     """Fail fast, before any search, when the ends are not what the user says they are.
     Ends with the same verdict are no answer either way: the change may have come and gone
     inside the range, which a bisect cannot see; verdicts `on_disk` inside the range
-    (`items`, compared by `key`) that differ are named (`sweep`, when given, is the command
-    that probes every item). With `workers` > 1 both ends run at once."""
+    (`items`, names compared by `key`) that differ are named (`sweep`, when given, is the
+    command that probes every item). With `workers` > 1 both ends run at once. `flags` name
+    the ends in errors; `either_way`: a range without a good or bad end (days), where a
+    fix (reproducing, then clean) is a question too. `advice` follows ends alike when there
+    is no `sweep` to suggest."""
     if workers > 1:
         prober.probe_all([(good, 1), (bad, 1)], workers)  # the loop below reads them back
+    good_flag, bad_flag = flags
     got: dict[str, Verdict] = {}
-    for flag, item in (("--good", good), ("--bad", bad)):
+    for flag, item in ((good_flag, good), (bad_flag, bad)):
         verdict = prober(item, 1)
         if verdict is None:
             why = prober.entry(item).reason
@@ -225,33 +232,39 @@ def check_ends(
                 + (step if sweep else step.rpartition(", or ")[2])
             )
         got[flag] = verdict
-    if got["--good"] is Verdict.CLEAN and got["--bad"] is Verdict.REPRODUCED:
+    if got[good_flag] is not got[bad_flag] and (either_way or got[good_flag] is Verdict.CLEAN):
         return
-    if got["--good"] is Verdict.REPRODUCED and got["--bad"] is Verdict.CLEAN:
+    if got[good_flag] is Verdict.REPRODUCED and got[bad_flag] is Verdict.CLEAN:
         raise BisectError(
-            f"--good {shown(good)} is reproduced, not clean, and --bad {shown(bad)} is clean: "
-            "are --good and --bad the right way round?"
+            f"{good_flag} {shown(good)} is reproduced, not clean, and {bad_flag} {shown(bad)} "
+            f"is clean: are {good_flag} and {bad_flag} the right way round?"
         )
     wrong, item, want = (
-        ("--good", good, Verdict.CLEAN)
-        if got["--good"] is not Verdict.CLEAN
-        else ("--bad", bad, Verdict.REPRODUCED)
+        (good_flag, good, Verdict.CLEAN)
+        if got[good_flag] is not Verdict.CLEAN
+        else (bad_flag, bad, Verdict.REPRODUCED)
     )
-    hint = f"; `{sweep}` probes every {noun}" if sweep else ""
-    other = Verdict.REPRODUCED if got["--good"] is Verdict.CLEAN else Verdict.CLEAN
+    if either_way:  # both ends alike: name the end, not a side it was meant to be
+        wrong, item, want = (
+            bad_flag,
+            bad,
+            Verdict.CLEAN if got[bad_flag] is Verdict.REPRODUCED else Verdict.REPRODUCED,
+        )
+    hint = f"; `{sweep}` probes every {noun}" if sweep else advice
+    other = Verdict.REPRODUCED if got[good_flag] is Verdict.CLEAN else Verdict.CLEAN
     inside = seen_inside(on_disk, items, other, key)
     if inside:
-        shown_items = ", ".join(dict.fromkeys(shown(item) for item, _, _ in inside))
+        shown_items = ", ".join(dict.fromkeys(name for name, _, _ in inside))  # as on disk
         sources = ", ".join(dict.fromkeys(source for _, _, source in inside))
         said = "reproducing" if other is Verdict.REPRODUCED else "clean"
         raise BisectError(
             f"{wrong} {shown(item)} is {got[wrong].value}, not {want.value}: both ends are "
-            f"{got['--good'].value}; verdicts on disk show it {said} at {shown_items} "
+            f"{got[good_flag].value}; verdicts on disk show it {said} at {shown_items} "
             f"({sources}): the change came and went inside the range (a bisect cannot "
             f"answer that){hint}"
         )
     raise BisectError(
         f"{wrong} {shown(item)} is {got[wrong].value}, not {want.value}: both ends are "
-        f"{got['--good'].value}, so either no {noun} between them changes the verdict, or the "
+        f"{got[good_flag].value}, so either no {noun} between them changes the verdict, or the "
         f"change came and went inside the range (a bisect cannot tell){hint}"
     )

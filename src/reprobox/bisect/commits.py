@@ -13,37 +13,23 @@ request. The answer names the commit, its subject, the pull request, the author 
 from __future__ import annotations
 
 import email.parser
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from reprobox.bisect import checks
-from reprobox.bisect.log import ProbeLog
-from reprobox.bisect.prober import (
-    Prober,
-    Probes,
-    Target,
-    answering,
-    default_log,
-    pin_overrides,
-    pipeline_probes,
-)
+from reprobox.bisect.axes import Axis, Strategy
+from reprobox.bisect.driver import Run, drive
+from reprobox.bisect.prober import Prober, Probes, Target, answering, pin_overrides, pipeline_probes
 from reprobox.bisect.search import BisectResult, bisect
 from reprobox.bisect.summary import (
     BisectSummary,
     CommitAnswer,
-    Contradiction,
     ProbeEntry,
     answer,
-    assumption,
-    from_search,
     read_summaries,
-    runs_dir,
     verdict_word,
-    write_summary,
 )
 from reprobox.core.cells import Cell, make_cell
 from reprobox.core.errors import BadInput
@@ -70,10 +56,14 @@ def commit_bisect(
     log_path: Path | None = None,
     on_probe: Callable[[ProbeEntry], None] | None = None,
     probes: Probes[str] | None = None,
+    workers: int = 1,
+    strategy: Strategy | None = None,
 ) -> BisectSummary:
     """Bisect the commits of `package` between `good` (clean) and `bad` (reproduces), refs
     of `repo`; without refs, between the release tags around a finished release bisect of
-    the same repro. `probes` replaces the real runs (tests)."""
+    the same repro. `probes` replaces the real runs (tests); `strategy` (the flake-aware
+    search, say) replaces confirm, verify and workers."""
+    strategy = (strategy or Strategy(confirm=confirm, verify=verify, workers=workers)).check()
     repro, platform, settings = target.repro, target.options.platform, target.settings
     name = canonicalize_name(package)
     if name not in repro.pinned_packages():
@@ -104,68 +94,55 @@ def commit_bisect(
         "platform": platform, "versions": shas, **target.header(),
     }  # fmt: skip
     # not in the header: a search that descends into a merge resumes the first-parent one
-    path = log_path or default_log(target, header)
-    with ProbeLog(path, header) as log:
-        if probes is None:
-            probes = commit_probes(target, package, url, runs_dir(path))
-        prober = Prober(probes, log, str, on_probe=on_probe)
-        started = time.monotonic()
-        found: list[Contradiction] = []
-        verified: list[str] = []
-        descended: list[str] = []
-        inside: set[str] = set()  # the commits of merged branches that were searched
+    names = {good_sha: f"{good} ({good_sha[:10]})", bad_sha: f"{bad} ({bad_sha[:10]})"}
+    inside: set[str] = set()  # the commits of merged branches that were searched
+    pinned = target
+
+    def probes_for(runs: Path) -> Probes[str]:
+        return probes if probes is not None else commit_probes(pinned, package, url, runs)
+
+    def refine(run: Run[str]) -> None:
+        """With `first_parent=False`, a merge answer is searched again along its branch."""
+        final = run.result
+        assert final is not None
+        descended: list[str] = run.more.setdefault("descended", [])
         notes: list[str] = []
-        try:
-            names = {good_sha: f"{good} ({good_sha[:10]})", bad_sha: f"{bad} ({bad_sha[:10]})"}
-            checks.check_ends(prober, good_sha, bad_sha, shown=names.__getitem__, noun="commit")
-            with answering():
-                result = bisect(shas, prober, confirm=confirm, prefetch=prober.prefetch)
-            if result.status != "flaky":
-                k = checks.default_verify(len(shas)) if verify is None else verify
-                found, verified = checks.verify_sides(prober, shas, result, k)
-            final = result
-            while not first_parent and final.status == "found" and len(descended) < MAX_DESCENT:
-                merge = git.commit(clone, final.first_end)
-                if not merge.is_merge:
-                    break
-                inner, note, branch = _descend(prober, clone, merge, final, confirm)
-                inside.update(branch)
-                if inner is None:
-                    notes.append(note)
-                    break
-                descended.append(merge.sha)
-                final = inner
-        finally:
-            prober.close()
-        ours = {p.key for p in prober.runs}
-        on_disk, _ = checks.verdicts_on_disk(
-            target, BisectSummary.model_validate(header), log, ours
-        )
-        # verdicts on disk are checked against the first-parent answer (where they sit)
-        base = from_search(header, result, found, verified, agreeing=0, descended=descended)
-        against, agreeing = base.contradicted_by(on_disk)
-        found = checks.unique([*found, *against])
-        summary = from_search(
-            header, result, found, verified, final=final, agreeing=agreeing, descended=descended
-        )
-        summary.first_parent = first_parent
-        if summary.status == "found" and summary.first is not None:
-            summary.commit = _answer(clone, url, summary.first, descended)
-        extra = (
-            (f", {len(verified)} of them to verify" if verified else "")
-            + (f"; {agreeing} verdict(s) on disk agree" if agreeing else "")
-            + (f"; {notes[0]}" if notes else "")
-        )
-        items = {p.item for p in prober.runs}
+        while not first_parent and final.status == "found" and len(descended) < MAX_DESCENT:
+            merge = git.commit(clone, final.first_end)
+            if not merge.is_merge:
+                break
+            inner, note, branch = _descend(run.prober, clone, merge, final, strategy.confirm)
+            inside.update(branch)
+            if inner is None:
+                notes.append(note)
+                break
+            descended.append(merge.sha)
+            final = inner
+        run.final = final
+        run.more["first_parent"] = first_parent
+        run.more["commit_notes"] = notes
+
+    def notes(run: Run[str]) -> str:
+        said: list[str] = run.more.get("commit_notes", [])
+        extra = f"; {said[0]}" if said else ""
+        descended: list[str] = run.more.get("descended", [])
         if descended:
+            items = {p.item for p in run.prober.runs}
             merges = ", ".join(sha[:10] for sha in descended)
             extra += f"; then {len(items & inside)} of {len(inside)} commits inside {merges}"
-        ends = (shas[0][:10], shas[-1][:10])
-        probed = len(items & set(shas))
-        summary.assumption = assumption("commit", ends, probed, len(shas), extra)
-        summary.result = answer_line(summary, clone, ends)
-        summary = summary.counts(prober.runs, len(shas), time.monotonic() - started)
-        return write_summary(path, summary)
+        return extra
+
+    def answer(summary: BisectSummary, run: Run[str]) -> str:
+        if summary.status == "found" and summary.first is not None:
+            summary.commit = _answer(clone, url, summary.first, summary.descended)
+        return answer_line(summary, clone, (shas[0][:10], shas[-1][:10]))
+
+    axis = Axis(
+        kind="commit", noun="commit", items=shas, header=header, fields=header,
+        probes_for=probes_for, good=good_sha, bad=bad_sha, shown=names.__getitem__,
+        ends=(shas[0][:10], shas[-1][:10]), refine=refine, notes=notes, answer=answer,
+    )  # fmt: skip
+    return drive(target, axis, strategy, log_path=log_path, on_probe=on_probe)
 
 
 def commit_probes(target: Target, package: str, url: str, runs: Path) -> Probes[str]:

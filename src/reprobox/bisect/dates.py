@@ -10,7 +10,6 @@ that day's is delta-debugged to the package(s) that flip it.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -20,28 +19,11 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from reprobox.bisect import checks
-from reprobox.bisect.log import ProbeLog
-from reprobox.bisect.prober import (
-    Prober,
-    Probes,
-    Target,
-    answering,
-    default_log,
-    pin_overrides,
-    pipeline_probes,
-)
-from reprobox.bisect.search import BisectResult, SearchError, bisect, ddmin
-from reprobox.bisect.summary import (
-    BisectSummary,
-    Contradiction,
-    ProbeEntry,
-    answer,
-    assumption,
-    from_search,
-    runs_dir,
-    write_summary,
-)
+from reprobox.bisect.axes import Axis, Strategy
+from reprobox.bisect.driver import Run, drive
+from reprobox.bisect.prober import Probes, Target, pin_overrides, pipeline_probes
+from reprobox.bisect.search import SearchError, ddmin
+from reprobox.bisect.summary import BisectSummary, ProbeEntry, answer
 from reprobox.core.cells import Cell, make_cell
 from reprobox.core.errors import BadInput
 from reprobox.envs import locks
@@ -153,11 +135,31 @@ def date_bisect(
     log_path: Path | None = None,
     on_probe: Callable[[ProbeEntry], None] | None = None,
     probes_for: Callable[[RequestOf], Probes[DateItem]] | None = None,
+    workers: int = 1,
+    strategy: Strategy | None = None,
 ) -> BisectSummary:
     """Which UTC day's resolution flips the verdict, and which package change does it.
 
     `index` names the releases uploaded on the answer day; `probes_for` builds the probes
-    from the lock request of each item (tests inject fakes that resolve by it)."""
+    from the lock request of each item (tests inject fakes that resolve by it). `strategy`
+    (the flake-aware search, say) replaces confirm, verify and workers; a flake-aware answer
+    names the day, not the package change (delta debugging trusts single probes)."""
+    strategy = (strategy or Strategy(confirm=confirm, verify=verify, workers=workers)).check()
+    target, axis = date_axis(target, start, end, floats, index=index, probes_for=probes_for)
+    return drive(target, axis, strategy, log_path=log_path, on_probe=on_probe)
+
+
+def date_axis(
+    target: Target,
+    start: date,
+    end: date,
+    floats: Sequence[str],
+    *,
+    index: PackageIndex | None = None,
+    probes_for: Callable[[RequestOf], Probes[DateItem]] | None = None,
+) -> tuple[Target, Axis[DateItem]]:
+    """The UTC days from `start` to `end`, each a probe of the floated packages resolved as
+    of the end of that day; the answer day is named with its uploads and delta-debugged."""
     repro, platform = target.repro, target.options.platform
     if not floats:
         raise BadInput("a date bisect needs packages to float (--float, or [bisect] package)")
@@ -166,114 +168,107 @@ def date_bisect(
         if canonicalize_name(name) not in pinned:
             raise BadInput(f"--float {name}: not a package that {repro.name} pins")
     floated = {str(canonicalize_name(f)) for f in floats}
-    days = [start + timedelta(days=n) for n in range((end - start).days + 1)]
+    days: list[DateItem] = [start + timedelta(days=n) for n in range((end - start).days + 1)]
     target = pin_overrides(target, floated)  # every probe: the same commit of each source
     header: dict[str, Any] = {
         "kind": "date", "repro": repro.name, "variant": target.variant, "start": str(start),
         "end": str(end), "float": sorted(floated), "platform": platform, "days": "utc",
         **target.header(),
     }  # fmt: skip
-    path = log_path or default_log(target, header)
+    fields = {
+        "kind": "date", "repro": header["repro"], "variant": header["variant"],
+        "platform": header["platform"], "start": header["start"], "end": header["end"],
+        "floated": header["float"], "versions": [str(d) for d in days], **target.header(),
+    }  # fmt: skip
     wheels, _ = pipeline.resolve_sources(dict(target.overrides), target.settings)
     base = pipeline.lock_request(repro, target.variant, platform, wheels)
+    pinned_target = target
 
     def request_of(item: DateItem) -> locks.LockRequest:
         if isinstance(item, date):
             return as_of_request(base, floated, item)
         return pinned_request(base, item)
 
-    with ProbeLog(path, header) as log:
-        if probes_for is None:
+    def probes_of(runs: Path) -> Probes[DateItem]:
+        if probes_for is not None:
+            probes = probes_for(request_of)
+        else:
 
             def lock_of(item: DateItem) -> Path:
-                return locks.cached_lock(request_of(item), target.settings)
+                return locks.cached_lock(request_of(item), pinned_target.settings)
 
             def cell_of(item: DateItem) -> Cell:
-                return make_cell(repro, target.variant, target.packages(), None, platform)
+                return make_cell(
+                    repro, pinned_target.variant, pinned_target.packages(), None, platform
+                )
 
-            probes = pipeline_probes(target, lock_of, cell_of, runs_dir(path))
-        else:
-            probes = probes_for(request_of)
+            probes = pipeline_probes(pinned_target, lock_of, cell_of, runs)
         if probes.versions is None:
             raise BadInput("date bisect probes must list each item's versions")
-        versions_of = probes.versions
-        prober: Prober[DateItem] = Prober(probes, log, describe, on_probe=on_probe)
-        started = time.monotonic()
-        found: list[Contradiction] = []
-        verified: list[str] = []
+        return probes
+
+    def refine(run: Run[DateItem]) -> None:
+        """The uploads of the answer day, and the package change that flips the verdict."""
+        result, prober = run.result, run.prober
+        assert result is not None
+        versions_of = prober.probes.versions
+        assert versions_of is not None
+        before, after = versions_of(result.last_start), versions_of(result.first_end)
+        changes = sorted(n for n in {*before, *after} if before.get(n) != after.get(n))
         culprit: list[str] = []
-        agreeing = 0
-        fields = {
-            "kind": "date", "repro": header["repro"], "variant": header["variant"],
-            "platform": header["platform"], "start": header["start"], "end": header["end"],
-            "floated": header["float"], "versions": [str(d) for d in days], **target.header(),
-        }  # fmt: skip
-        try:
-            with answering(_same_ends_advice):
-                result: BisectResult[DateItem] = bisect(
-                    days, prober, confirm=confirm, prefetch=prober.prefetch
-                )
-            if result.status != "flaky":
-                k = checks.default_verify(len(days)) if verify is None else verify
-                found, verified = checks.verify_sides(prober, list(days), result, k)
-            ours = {p.key for p in prober.runs}
-            question = from_search(fields, result, [], verified, shown=describe)
-            on_disk, _ = checks.verdicts_on_disk(target, question, log, ours)
-            against, agreeing = question.contradicted_by(on_disk)
-            found = checks.unique([*found, *against])
-            before = versions_of(result.last_start)
-            after = versions_of(result.first_end)
-            changes = sorted(n for n in {*before, *after} if before.get(n) != after.get(n))
-            if result.status == "found" and not found and changes:
+        if result.status == "found" and not run.found and changes:
 
-                def flips(subset: list[str]) -> bool | None:
-                    pins = {**before, **{n: after.get(n, "") for n in subset}}
-                    item = ChangeSet(tuple(sorted(subset)), tuple(sorted(pins.items())))
-                    verdict = prober(item, 1)
-                    return None if verdict is None else verdict is result.end_verdict
+            def flips(subset: list[str]) -> bool | None:
+                pins = {**before, **{n: after.get(n, "") for n in subset}}
+                item = ChangeSet(tuple(sorted(subset)), tuple(sorted(pins.items())))
+                verdict = prober(item, 1)
+                return None if verdict is None else verdict is result.end_verdict
 
-                culprit = ddmin(changes, flips)
-        finally:
-            prober.close()
-        summary = from_search(fields, result, found, verified, shown=describe, agreeing=agreeing)
+            culprit = ddmin(changes, flips)
         first_day = result.first_end if isinstance(result.first_end, date) else start
-        new = released_on(index, sorted(floated), first_day) if index is not None else []
-        summary.released_on_day = new
-        summary.changes = [_change(n, before, after) for n in changes]
-        summary.culprit = [_change(n, before, after) for n in culprit]
-        probed = len({p.item for p in prober.runs if not p.item.startswith("changes:")})
-        extra = (
-            (f", {len(verified)} of them to verify" if verified else "")
-            + (f"; {agreeing} verdict(s) on disk agree" if agreeing else "")
-            + target.note()
+        run.more.update(
+            released_on_day=released_on(index, sorted(floated), first_day)
+            if index is not None
+            else [],
+            changes=[_change(n, before, after) for n in changes],
+            culprit=[_change(n, before, after) for n in culprit],
         )
-        ends = (str(start), str(end))
-        summary.assumption = assumption("day", ends, probed, len(days), extra)
+
+    def answer_line(summary: BisectSummary, run: Run[DateItem]) -> str:
         detail = ""
         if summary.status == "found":
+            new = summary.released_on_day
             named = "; ".join(new) if new else f"no release of {', '.join(sorted(floated))}"
             detail = f"UTC; new that day: {named}"
-        summary.result = answer(
-            summary, "date", "", ends, detail=detail,
+        line = answer(
+            summary, "date", "", (str(start), str(end)), detail=detail,
             suggest="; bisect the releases of a floated package with `reprobox sweep`",
         )  # fmt: skip
         if summary.status == "found":
-            summary.result += "; culprit: " + (
+            line += "; culprit: " + (
                 ", ".join(summary.culprit)
-                if culprit
+                if summary.culprit
                 else "none (the two resolutions do not differ)"
             )
-        summary = summary.counts(prober.runs, len(days), time.monotonic() - started)
-        return write_summary(path, summary)
+        return line
+
+    axis: Axis[DateItem] = Axis(
+        kind="date", noun="day", word="date", items=days, header=header, fields=fields,
+        probes_for=probes_of, describe=describe, flags=("start", "end"),
+        advice=_same_ends_advice, refine=refine, ends_advice=f"; {SAME_ENDS}", answer=answer_line,
+        notes=lambda run: pinned_target.note(),
+        suggest="; bisect the releases of a floated package with `reprobox sweep`",
+    )  # fmt: skip
+    return target, axis
+
+
+SAME_ENDS = "bisect a shorter range, or map a floated package's releases with `reprobox sweep`"
 
 
 def _same_ends_advice(exc: SearchError) -> str:
     if not exc.same_ends:
         return ""
-    return (
-        "; the change may have come and gone inside the range: bisect a shorter range, or map "
-        "a floated package's releases with `reprobox sweep`"
-    )
+    return f"; the change may have come and gone inside the range: {SAME_ENDS}"
 
 
 def _change(name: str, before: dict[str, str], after: dict[str, str]) -> str:

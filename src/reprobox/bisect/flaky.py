@@ -38,6 +38,7 @@ BatchProbe = Callable[[list[tuple[T, int]]], list[Verdict | None]]
 Observation = tuple[T, bool | None]  # (item, reproduced?), None: skipped (cannot test)
 
 MAX_BRANCHES = 64  # outcome combinations a batch's choice looks through (the likeliest)
+MIN_GAIN = 1e-4  # nats: a probe expected to tell less is not worth its run
 
 
 @dataclass
@@ -206,7 +207,8 @@ def flaky_search(
     probe_batch: BatchProbe[T] | None = None,
 ) -> FlakyAnswer[T]:
     """Probe until one answer (a culprit, or no change) has posterior >= `confidence`, or
-    `max_runs` launches (skips included) are spent; `workers` probes a round, run through
+    `max_runs` launches (skips included) are spent, or no probe is expected to tell more
+    than MIN_GAIN (more runs would change nothing); `workers` probes a round, run through
     `probe_batch` when given (else `probe`, one after another). `observations` resumes a
     search (max_runs = 0 only reads their posterior). A probe giving None or cannot_test
     skips the item: it is counted as a run and never probed again."""
@@ -246,11 +248,14 @@ def flaky_search(
         take(where[item], outcome)
     rng = random.Random(seed)
     while True:
-        w, _, _ = _posterior(model, k, n)
+        w, q, p = _posterior(model, k, n)
         leader = max(max(w[1:size]), w[0] + w[size])
         runs = len(seen)
         if leader >= confidence or runs >= max_runs or not any(allowed):
             break
+        _, gains = _predictive_and_gain(w, q, p)
+        if max(g for i, g in enumerate(gains) if allowed[i]) < MIN_GAIN:
+            break  # no probe left can tell more (the boundary sits beside an untestable item)
         picks = _choose(model, k, n, min(workers, max_runs - runs), allowed, rng)
         jobs = [(items[i], tries[i] + 1 + picks[:j].count(i)) for j, i in enumerate(picks)]
         if probe_batch is not None:

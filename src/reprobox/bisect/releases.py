@@ -9,7 +9,6 @@ every verdict already on disk for the range: matrix records and earlier bisects 
 from __future__ import annotations
 
 import shlex
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,28 +16,10 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from reprobox.bisect import checks
-from reprobox.bisect.log import ProbeLog
-from reprobox.bisect.prober import (
-    Prober,
-    Probes,
-    Target,
-    answering,
-    default_log,
-    pin_overrides,
-    release_probes,
-)
-from reprobox.bisect.search import ThreadRunner, bisect, multisect
-from reprobox.bisect.summary import (
-    BisectSummary,
-    Contradiction,
-    ProbeEntry,
-    answer,
-    assumption,
-    from_search,
-    runs_dir,
-    write_summary,
-)
+from reprobox.bisect.axes import Axis, Strategy
+from reprobox.bisect.driver import Run, drive
+from reprobox.bisect.prober import Probes, Target, pin_overrides, release_probes
+from reprobox.bisect.summary import BisectSummary, ProbeEntry
 from reprobox.core.errors import BadInput
 from reprobox.envs.index import PackageIndex, Release, select
 
@@ -80,12 +61,30 @@ def release_bisect(
     on_probe: Callable[[ProbeEntry], None] | None = None,
     probes: Probes[str] | None = None,
     workers: int = 1,
+    strategy: Strategy | None = None,
 ) -> BisectSummary:
     """Bisect the releases of `package` between `good` (clean) and `bad` (reproduces).
 
     `verify` extra probes per side (default: 2 over more than 8 releases, else none); `probes`
     replaces the real runs (tests). With `workers` > 1 the ends run at once and the search is
-    a multisection (`search.multisect`): K probes at a time, on the target's back end."""
+    a multisection (`search.multisect`): K probes at a time, on the target's back end.
+    `strategy` (the flake-aware search, say) replaces confirm, verify and workers."""
+    strategy = (strategy or Strategy(confirm=confirm, verify=verify, workers=workers)).check()
+    target, axis = release_axis(target, package, good, bad, index, probes)
+    return drive(target, axis, strategy, log_path=log_path, on_probe=on_probe)
+
+
+def release_axis(
+    target: Target,
+    package: str,
+    good: str,
+    bad: str,
+    index: PackageIndex,
+    probes: Probes[str] | None = None,
+) -> tuple[Target, Axis[str]]:
+    """The releases of `package` from one end to the other (yanked ones marked), each a
+    probe of the variant's lock with that release pinned; with the target every probe runs
+    (its overrides pinned to one commit each)."""
     repro, platform = target.repro, target.options.platform
     name = canonicalize_name(package)
     if name not in repro.pinned_packages():
@@ -99,67 +98,21 @@ def release_bisect(
         "package": name, "good": good, "bad": bad, "platform": platform,
         "versions": versions, **target.header(),
     }  # fmt: skip
-    path = log_path or default_log(target, header)
     sweep = sweep_command(repro.name, name, versions[0], versions[-1], target.variant)
-    question = BisectSummary.model_validate(header)
-    with ProbeLog(path, header) as log:
-        if probes is None:
-            probes = release_probes(target, package, runs_dir(path))
-        marked = set(yanked)
-        prober = Prober(
-            probes,
-            log,
-            str,
-            tags=lambda v: ["yanked"] if v in marked else [],
-            on_probe=on_probe,
-        )
-        started = time.monotonic()
-        found: list[Contradiction] = []
-        verified: list[str] = []
-        try:
-            # as the index spells them ("1.25" is 1.25.0), so each end is probed once
-            before, _ = checks.verdicts_on_disk(target, question, log, set())
-            checks.check_ends(
-                prober, str(Version(good)), str(Version(bad)), sweep=sweep, workers=workers,
-                items=versions, on_disk=before, key=Version,
-            )  # fmt: skip
-            with answering():
-                if workers > 1:
-                    runner = ThreadRunner(prober, workers, on_interrupt=prober.stop)
-                    result = multisect(
-                        versions, prober, workers=workers, confirm=confirm, runner=runner
-                    )
-                else:
-                    result = bisect(versions, prober, confirm=confirm, prefetch=prober.prefetch)
-            found = [
-                Contradiction(item=item, verdict=verdict, expected=expected, source="probe")
-                for item, verdict, expected in result.contradictions
-            ]
-            if result.status != "flaky":
-                k = checks.default_verify(len(versions)) if verify is None else verify
-                contradicting, verified = checks.verify_sides(prober, versions, result, k, workers)
-                found += contradicting
-        finally:
-            prober.close()
-        ours = {p.key for p in prober.runs}
-        on_disk, unread = checks.verdicts_on_disk(target, question, log, ours)
-        summary = from_search(header, result, [], verified, agreeing=0, yanked=yanked)
-        against, agreeing = summary.contradicted_by(on_disk)
-        found = checks.unique([*found, *against])
-        summary = from_search(header, result, found, verified, agreeing=agreeing, yanked=yanked)
-        extra = (
-            (f", {len(verified)} of them to verify" if verified else "")
-            + (f"; {agreeing} verdict(s) on disk agree" if agreeing else "")
-            + (f"; {unread}" if unread else "")
-            + target.note()
-        )
-        probed = len({p.item for p in prober.runs})
-        summary.assumption = assumption(
-            "release", (versions[0], versions[-1]), probed, len(versions), extra
-        )
-        summary.result = answer(
-            summary, "release", f"{name} ", (versions[0], versions[-1]),
-            suggest=f"; map every release with `{sweep}`",
-        )  # fmt: skip
-        summary = summary.counts(prober.runs, len(versions), time.monotonic() - started)
-        return write_summary(path, summary)
+    pinned = target
+
+    def probes_for(runs: Path) -> Probes[str]:
+        return probes if probes is not None else release_probes(pinned, package, runs)
+
+    def notes(run: Run[str]) -> str:
+        return pinned.note()
+
+    axis = Axis(
+        kind="release", noun="release", items=versions, header=header, fields=header,
+        probes_for=probes_for,
+        # as the index spells them ("1.25" is 1.25.0), so each end is probed once
+        good=str(Version(good)), bad=str(Version(bad)),
+        key=Version, subject=f"{name} ", sweep=sweep, yanked=yanked,
+        suggest=f"; map every release with `{sweep}`", notes=notes,
+    )  # fmt: skip
+    return target, axis

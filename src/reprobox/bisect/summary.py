@@ -22,7 +22,7 @@ from reprobox.core.protocol import Verdict
 SUMMARY_FILE = "summary.json"
 LOG_FILE = "probes.jsonl"
 
-Status = Literal["found", "ambiguous", "flaky", "non-monotone", "mapped"]
+Status = Literal["found", "ambiguous", "flaky", "non-monotone", "mapped", "no-change", "undecided"]
 Kind = Literal["release", "date", "sweep", "commit"]
 
 
@@ -156,6 +156,13 @@ class BisectSummary(BaseModel):
     verified: list[str] = []  # the extra probes --verify ran
     agreeing: int = 0  # verdicts already on disk that agree with the answer
     contradictions: list[Contradiction] = []
+    # a flake-aware bisect (`strategy` "flaky"): the posterior after `runs` probes
+    strategy: str = "binary"
+    confidence: float | None = None  # the posterior of the answer (undecided: of the leader)
+    target_confidence: float | None = None
+    no_change: float | None = None  # the posterior of "no change in the range"
+    posterior: dict[str, float] = {}  # each candidate: that it is the first of the end side
+    outcomes: dict[str, list[int]] = {}  # each probed candidate: [reproduced, runs]
     # a sweep's map
     affected: str = ""  # "" when nothing reproduces
     events: list[Event] = []

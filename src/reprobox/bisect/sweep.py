@@ -8,7 +8,6 @@ introduced / fixed events, with the releases it could not test listed apart.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -16,25 +15,10 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from reprobox.bisect import checks
-from reprobox.bisect.log import ProbeLog
-from reprobox.bisect.prober import (
-    Prober,
-    Probes,
-    Target,
-    default_log,
-    overrides_note,
-    pin_overrides,
-    release_probes,
-)
-from reprobox.bisect.summary import (
-    BisectSummary,
-    Contradiction,
-    Event,
-    ProbeEntry,
-    events_line,
-    runs_dir,
-    write_summary,
-)
+from reprobox.bisect.axes import Axis, Strategy
+from reprobox.bisect.driver import Run, drive
+from reprobox.bisect.prober import Probes, Target, overrides_note, pin_overrides, release_probes
+from reprobox.bisect.summary import BisectSummary, Contradiction, Event, ProbeEntry, events_line
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.envs.index import PackageIndex, select
@@ -93,6 +77,19 @@ def sweep(
 ) -> BisectSummary:
     """Probe every release of `package` in `specifier` (yanked ones too, marked), `workers`
     at a time."""
+    strategy = Strategy(workers=workers, mapping=True).check()
+    target, axis = sweep_axis(target, package, specifier, index, probes)
+    return drive(target, axis, strategy, log_path=log_path, on_probe=on_probe)
+
+
+def sweep_axis(
+    target: Target,
+    package: str,
+    specifier: str,
+    index: PackageIndex,
+    probes: Probes[str] | None = None,
+) -> tuple[Target, Axis[str]]:
+    """The releases of `package` in `specifier`, each probed once, and the map they make."""
     repro, platform = target.repro, target.options.platform
     name = canonicalize_name(package)
     if name not in repro.pinned_packages():
@@ -110,35 +107,19 @@ def sweep(
         "kind": "sweep", "repro": repro.name, "variant": target.variant, "package": name,
         "range": specifier, "platform": platform, "versions": versions, **target.header(),
     }  # fmt: skip
-    path = log_path or default_log(target, header)
-    with ProbeLog(path, header) as log:
-        if probes is None:
-            probes = release_probes(target, package, runs_dir(path))
-        marked = set(yanked)
-        prober = Prober(
-            probes, log, str, tags=lambda v: ["yanked"] if v in marked else [], on_probe=on_probe
-        )
-        started = time.monotonic()
-        verdicts: list[tuple[str, Verdict | None]] = []
-        try:
-            if workers > 1:
-                found = prober.probe_all([(version, 1) for version in versions], workers)
-                verdicts = list(zip(versions, found, strict=True))
-            for number, version in enumerate(versions if workers <= 1 else []):
-                prober.prefetch(versions[number + 1 : number + 2])
-                verdicts.append((version, prober(version, 1)))
-        finally:
-            prober.close()
-        ranges, events, untested = affected_ranges(verdicts)
-        question = BisectSummary.model_validate(header)
-        on_disk, unread = checks.verdicts_on_disk(
-            target, question, log, {p.key for p in prober.runs}
-        )
-        disagree, agreeing = disagreements(verdicts, on_disk)
+    pinned = target
+
+    def probes_for(runs: Path) -> Probes[str]:
+        return probes if probes is not None else release_probes(pinned, package, runs)
+
+    def summarize(run: Run[str]) -> BisectSummary:
+        ranges, events, untested = affected_ranges(run.verdicts)
+        on_disk, unread = run.on_disk()
+        disagree, agreeing = disagreements(run.verdicts, on_disk)
         summary = BisectSummary(
             kind="sweep",
             repro=repro.name,
-            variant=target.variant,
+            variant=pinned.variant,
             platform=platform,
             package=name,
             range=specifier,
@@ -148,14 +129,19 @@ def sweep(
             affected="; ".join(ranges),
             events=events,
             untested=untested,
-            overrides=dict(target.overrides),
-            override_commits=dict(target.commits),
+            overrides=dict(pinned.overrides),
+            override_commits=dict(pinned.commits),
             contradictions=disagree,
             agreeing=agreeing,
         )
         summary.result = sweep_sentence(summary, len(ranges), unread)
-        summary = summary.counts(prober.runs, len(versions), time.monotonic() - started)
-        return write_summary(path, summary)
+        return summary
+
+    axis = Axis(
+        kind="sweep", noun="release", items=versions, header=header, fields=header,
+        probes_for=probes_for, yanked=yanked, summarize=summarize,
+    )  # fmt: skip
+    return target, axis
 
 
 def disagreements(

@@ -13,6 +13,7 @@ from reprobox.core.errors import BadInput, ExitCode
 from reprobox.envs.index import version_range
 
 if TYPE_CHECKING:
+    from reprobox.bisect.axes import Strategy
     from reprobox.bisect.prober import Target
 
 _SEARCH = ("package", "variant", "packages", "editables", "log", "platform", "timeout")
@@ -30,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     bisect.add_argument("repro", help="the repro to bisect (see `reprobox list`)")
     options.add(bisect, *_SEARCH, "good", "bad", "confirm", "verify")
+    options.add(bisect, "flaky", "confidence", "max_runs")
     bisect.add_argument(
         "--by-date", metavar="START..END", help="bisect over days (UTC) instead of releases"
     )
@@ -121,8 +123,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     target, defaults = _target(args)
     if not args.commits and (args.repo or args.tag_format or args.first_parent is not True):
         raise BadInput("--repo, --tag-format and --first-parent go with --commits")
-    if args.workers > 1 and (args.commits or args.by_date):
-        ui.info("reprobox: --workers applies to release bisects; this one probes one at a time")
+    strategy = _strategy(args, target)
     with ui.BisectProgress(target.repro.name) as progress:
         if args.commits:
             if args.by_date:
@@ -142,6 +143,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 verify=args.verify,
                 log_path=args.log,
                 on_probe=progress.probe,
+                strategy=strategy,
             )
         elif args.by_date:
             start, end = dates.parse_dates(args.by_date)
@@ -156,6 +158,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 verify=args.verify,
                 log_path=args.log,
                 on_probe=progress.probe,
+                strategy=strategy,
             )
         else:
             package = args.package or (defaults.package if defaults else None)
@@ -175,11 +178,28 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 verify=args.verify,
                 log_path=args.log,
                 on_probe=progress.probe,
-                workers=args.workers,
+                strategy=strategy,
             )
     ui.bisect_summary(summary)
-    # Only "found" and "ambiguous" are answers; flaky and non-monotone histories are not.
-    return int(ExitCode.FAILED if summary.status in ("flaky", "non-monotone") else ExitCode.OK)
+    # Only "found" and "ambiguous" are answers; flaky, non-monotone, undecided and no-change
+    # histories name no boundary.
+    return int(ExitCode.OK if summary.status in ("found", "ambiguous") else ExitCode.FAILED)
+
+
+def _strategy(args: argparse.Namespace, target: Target) -> Strategy:
+    """How this bisect searches (--flaky defaults to on for a repro that declares repeats);
+    BadInput (exit 2) for a flag out of its range."""
+    from reprobox.bisect.axes import Strategy, declares_noise  # bisects only
+
+    flaky = declares_noise(target.repro, target.variant) if args.flaky is None else args.flaky
+    return Strategy(
+        confirm=args.confirm,
+        verify=args.verify,
+        workers=args.workers,
+        flaky=flaky,
+        confidence=args.confidence,
+        max_runs=args.max_runs,
+    ).check()
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

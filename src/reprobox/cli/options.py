@@ -291,9 +291,13 @@ OPTIONS: dict[str, Option] = {
         Option(
             "flaky",
             ("--flaky",),
-            "the verdict is noisy: search with a posterior over the "
-            "boundary and 'no change', repeating probes",
-            action="store_true",
+            "flake-aware search for a noisy repro (default: on when the repro declares "
+            "repeats): a posterior over the boundary and 'no change', re-probing where it is "
+            "unsure",
+            type=boolean,
+            nargs="?",
+            const=True,
+            metavar="BOOL",
         ),
         Option(
             "confidence",
@@ -306,7 +310,8 @@ OPTIONS: dict[str, Option] = {
         Option(
             "max_runs",
             ("--max-runs",),
-            "with --flaky: launches at most, in all",
+            "with --flaky: stop after N probe runs, naming the candidates left (default 300)",
+            default=300,
             type=positive_int,
             metavar="N",
         ),

@@ -265,6 +265,11 @@ class Repro:
         """The [verdict] of a variant: its own, else the repro's."""
         return self.variant(variant).verdict or self.spec.verdict
 
+    def noisy(self, variant: str) -> bool:
+        """Whether the variant's outcome is declared noisy (`[verdict] repeats`): judged from
+        repeated launches, bisected with the flake-aware search."""
+        return self.verdict(variant).repeats is not None
+
     def launch(self, variant: str) -> LaunchSection:
         """[launch] with the variant's overrides applied."""
         override = self.variant(variant).launch

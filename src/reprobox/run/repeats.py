@@ -35,7 +35,7 @@ JudgeCase = Callable[[Repro, Case, Launched, "list[Verdict] | None"], Judgement]
 
 def declared(repro: Repro, variant: str) -> bool:
     """Whether the variant's outcome is declared noisy (judged from repeated launches)."""
-    return repro.verdict(variant).repeats is not None
+    return repro.noisy(variant)
 
 
 def run(

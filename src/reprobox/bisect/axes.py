@@ -1,0 +1,119 @@
+"""What a bisect searches, as the one driver sees it: an axis and a strategy.
+
+An axis (releases of a package, UTC days, first-parent commits) gives its candidates in order,
+the probes that turn a candidate into a run (a cell against its lock), and how answers and
+errors name them. The strategy says how the driver searches: binary, multisection for K
+workers, or the flake-aware posterior. Everything else (the ends, confirmation, verification,
+the check against verdicts on disk, the log, the summary) is the driver's (`bisect.driver`),
+written once for every axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from reprobox.bisect.prober import Probes
+from reprobox.bisect.search import SearchError
+from reprobox.bisect.summary import BisectSummary, Kind
+from reprobox.core.errors import BadInput
+from reprobox.core.spec import Repro
+
+if TYPE_CHECKING:
+    from reprobox.bisect.driver import Run
+
+T = TypeVar("T")
+
+DEFAULT_CONFIDENCE = 0.99
+DEFAULT_MAX_RUNS = 300
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How the driver searches. `flaky`: the posterior search (`bisect.flaky`), stopping at
+    `confidence` or after `max_runs` launches; `mapping`: no search, every item probed once
+    (a sweep); else binary (`workers` 1) or a multisection (`workers` K), each boundary
+    probe repeated `confirm` times, `verify` probes per side."""
+
+    confirm: int = 1
+    verify: int | None = None
+    workers: int = 1
+    flaky: bool = False
+    confidence: float = DEFAULT_CONFIDENCE
+    max_runs: int = DEFAULT_MAX_RUNS
+    mapping: bool = False
+
+    def check(self) -> Strategy:
+        """The strategy, or BadInput naming the first flag out of its range."""
+        if self.confirm < 0:
+            raise BadInput("--confirm must be 0 or more")
+        if self.verify is not None and self.verify < 0:
+            raise BadInput("--verify must be 0 or more")
+        if self.workers < 1:
+            raise BadInput("--workers must be 1 or more")
+        if not 0.5 < self.confidence < 1:
+            raise BadInput(f"--confidence {self.confidence}: want a number above 0.5 and below 1")
+        if self.max_runs < 1:
+            raise BadInput("--max-runs must be 1 or more")
+        return self
+
+
+def declares_noise(repro: Repro, variant: str) -> bool:
+    """Whether the variant's outcome is declared noisy (`[verdict] repeats`): its bisects
+    are flake-aware unless told otherwise."""
+    return repro.noisy(variant)
+
+
+@dataclass
+class Axis(Generic[T]):
+    """One bisect's candidates (oldest first), how a candidate becomes a probe, and how it is
+    named. `good`/`bad` are the ends the user named (None: the first and last candidates,
+    either way round: a date range has no good or bad end). The hooks let an axis add what
+    only it knows: `refine` runs after the search while probes can still run (a date's
+    delta debugging, a commit's descent into a merge), `notes` adds to the assumption,
+    `answer` writes the closing line (default: `summary.answer`; it may fill in what the
+    line names, a commit's details), `summarize` makes a map's summary (a sweep)."""
+
+    kind: Kind
+    noun: str  # in the assumption: "release", "day", "commit"
+    items: Sequence[T]
+    header: dict[str, Any]  # the probe log's first line: other arguments, another bisect
+    fields: dict[str, Any]  # the summary's question (kind, package, floated, versions, ...)
+    probes_for: Callable[[Path], Probes[T]]  # the probes, given the folder their runs go in
+    describe: Callable[[T], str] = str
+    good: T | None = None
+    bad: T | None = None
+    flags: tuple[str, str] = ("--good", "--bad")
+    shown: Callable[[T], str] | None = None  # an end as errors name it (default: describe)
+    key: Callable[[str], object] = str  # names compared with names on disk ("1.25" = "1.25.0")
+    subject: str = ""  # what prefixes item names in answers ("trl ")
+    word: str = ""  # the noun of the answer line ("release", "date"); default: noun
+    suggest: str = ""  # what an uncertain answer suggests
+    sweep: str = ""  # the command that probes every item, when there is one
+    ends_advice: str = ""  # what ends alike suggest without a sweep
+    yanked: list[str] = field(default_factory=list)
+    advice: Callable[[SearchError], str] | None = None
+    ends: tuple[str, str] = ("", "")  # the range's ends as the assumption names them
+    refine: Callable[[Run[T]], None] | None = None
+    notes: Callable[[Run[T]], str] | None = None
+    answer: Callable[[BisectSummary, Run[T]], str] | None = None
+    summarize: Callable[[Run[T]], BisectSummary] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.items:
+            raise BadInput(f"no {self.noun} to probe")
+        if not any(self.ends):
+            self.ends = (self.describe(self.items[0]), self.describe(self.items[-1]))
+        self.word = self.word or self.noun
+
+    @property
+    def names(self) -> list[str]:
+        return [self.describe(item) for item in self.items]
+
+    def name_of(self, item: T) -> str:
+        return (self.shown or self.describe)(item)
+
+    def tags(self, item: T) -> list[str]:
+        return ["yanked"] if self.describe(item) in self.yanked else []

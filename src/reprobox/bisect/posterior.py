@@ -1,0 +1,236 @@
+"""The flake-aware strategy under the driver: `bisect.flaky`'s posterior search, on real probes.
+
+Every probe outcome is evidence: reproduced or clean feeds the posterior, cannot-test skips the
+candidate, anything else stops the bisect (the prober's rule). A re-probe of a candidate is a
+new run (the next attempt: its own run folder, its own line in the probe log). The search is
+deterministic given its observations, so a bisect run again after `kill -9` replays the log's
+probes in the same order and goes on where it stopped. The answer is then held against every
+verdict on disk for the range: they are more observations of the same candidates, and the
+answer stands only if the posterior with them still gives it at the target confidence.
+
+The posterior assumes the later side reproduces; with the good end newer than the bad one (a
+fix), the candidates are searched newest first and the answer is turned back to version order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from reprobox.bisect.flaky import FlakyAnswer, Observation, flaky_search
+from reprobox.bisect.summary import BisectSummary, verdict_word
+from reprobox.core.protocol import Verdict
+
+if TYPE_CHECKING:
+    from reprobox.bisect.driver import Run
+
+T = TypeVar("T")
+SHOWN = 5  # candidates an undecided answer names
+
+
+@dataclass
+class Checked:
+    """The answer held against the verdicts on disk: how many there were and whether the
+    posterior with them still gives the search's answer at the target."""
+
+    used: int
+    holds: bool
+    answer: FlakyAnswer[Any]  # the posterior over every observation, disk ones included
+    undecided: bool = False  # the search had no answer to hold: they are only counted in
+
+    @property
+    def moved(self) -> bool:
+        """The verdicts on disk took the search's answer below the target."""
+        return not self.holds and not self.undecided
+
+
+def search(run: Run[T]) -> None:
+    """Probe by expected information until the target confidence or the run budget."""
+    axis, prober, strategy = run.axis, run.prober, run.strategy
+    items = list(axis.items)
+    observations: list[Observation[T]] = []
+    if axis.good is not None and axis.bad is not None:
+        newest_first = items.index(axis.good) > items.index(axis.bad)
+    else:  # no side named (days): which way the ends go, from one probe of each
+        ends = prober.probe_all([(items[0], 1), (items[-1], 1)], strategy.workers)
+        observations = [(items[0], _seen(ends[0])), (items[-1], _seen(ends[1]))]
+        newest_first = ends[0] is Verdict.REPRODUCED and ends[1] is Verdict.CLEAN
+    order = items[::-1] if newest_first else items
+    workers = strategy.workers
+
+    def batch(jobs: list[tuple[T, int]]) -> list[Verdict | None]:
+        return prober.probe_all(jobs, workers)
+
+    run.more["newest_first"] = newest_first
+    run.flaky = flaky_search(
+        order, prober, confidence=strategy.confidence, max_runs=strategy.max_runs,
+        workers=workers, observations=observations, probe_batch=batch if workers > 1 else None,
+    )  # fmt: skip
+    known, run.unread = run.on_disk()
+    where = {axis.key(axis.describe(item)): item for item in items}
+    disk: list[Observation[T]] = [
+        (where[axis.key(name)], verdict is Verdict.REPRODUCED)
+        for name, verdict, _ in known
+        if axis.key(name) in where
+    ]
+    if disk:
+        both = flaky_search(
+            order, None, confidence=strategy.confidence, max_runs=0,
+            observations=[*run.flaky.observations, *disk],
+        )  # fmt: skip
+        mine = run.flaky
+        same = (both.status, both.culprit) == (mine.status, mine.culprit)
+        holds = mine.status != "undecided" and same and both.confidence >= strategy.confidence
+        run.checked = Checked(len(disk), holds, both, undecided=mine.status == "undecided")
+
+
+def _seen(verdict: Verdict | None) -> bool | None:
+    return None if verdict is None else verdict is Verdict.REPRODUCED
+
+
+def summarize(run: Run[T]) -> BisectSummary:
+    """The summary of a flake-aware search: status found, no-change or undecided, the
+    posterior, the runs and the counts per candidate, and the closing line. Candidates are
+    named as the answer names them: the first item of the end side, in version order."""
+    axis, flaky = run.axis, run.flaky
+    assert flaky is not None
+    held = run.checked
+    counted = held is not None and (held.moved or held.undecided)  # answer from all of them
+    answer: FlakyAnswer[T] = held.answer if held is not None and counted else flaky
+    newest_first = bool(run.more.get("newest_first"))
+    order = list(axis.items)[::-1] if newest_first else list(axis.items)
+    name = axis.describe
+
+    def first_of(culprit: T) -> str:
+        """The first item (version order) of the end side, when `culprit` starts the bad one."""
+        return name(order[order.index(culprit) - 1] if newest_first else culprit)
+
+    status = {"found": "found", "no_change": "no-change"}.get(answer.status, "undecided")
+    status = "undecided" if counted else status  # disk verdicts confirm, never decide
+    fields: dict[str, Any] = {
+        **axis.fields,
+        "status": status,
+        "strategy": "flaky",
+        "yanked": axis.yanked,
+        "start_verdict": (Verdict.REPRODUCED if newest_first else Verdict.CLEAN).value,
+        "end_verdict": (Verdict.CLEAN if newest_first else Verdict.REPRODUCED).value,
+        "confidence": round(answer.confidence, 4),
+        "target_confidence": run.strategy.confidence,
+        "no_change": round(answer.no_change, 4),
+        "posterior": {first_of(item): round(p, 4) for item, p in answer.posterior},
+        "outcomes": {name(item): [k, n] for item, k, n in answer.counts},
+        "agreeing": held.used if held is not None and held.holds else 0,
+    }
+    if status == "found" and answer.culprit is not None:
+        at = order.index(answer.culprit)
+        pair = (order[at - 1], answer.culprit)
+        last, first = pair if not newest_first else pair[::-1]
+        fields.update(first=name(first), last_start=name(last))
+    leaders = answer.top or _leaders(answer)
+    if status == "undecided":
+        fields["candidates"] = [first_of(item) for item, _ in leaders if item is not None]
+    summary = BisectSummary.model_validate(fields)
+    summary.assumption = _assumption(run, answer)
+    summary.result = _line(run, summary, answer, order, [
+        (first_of(item) if item is not None else None, p) for item, p in leaders
+    ])  # fmt: skip
+    return summary
+
+
+def _assumption(run: Run[T], answer: FlakyAnswer[T]) -> str:
+    """What the posterior rests on: at most one change (a culprit, or none), how much of the
+    range it probed, the verdicts on disk, and what the axis adds."""
+    axis = run.axis
+    probed = len({item for item, _, _ in answer.counts})
+    extra = (
+        f"assuming at most one change between {axis.ends[0]} and {axis.ends[1]}; "
+        f"{probed} of {len(axis.items)} {axis.noun}s probed"
+    )
+    skipped = [item for item, seen in answer.observations if seen is None]
+    if skipped:
+        listed = ", ".join(axis.describe(item) for item in skipped)
+        extra += f"; cannot test {listed} (skipped)"
+    held = run.checked
+    if held is not None:
+        extra += (
+            f"; {held.used} verdict(s) on disk agree"
+            if held.holds
+            else f"; {held.used} verdict(s) on disk move the posterior"
+            if held.moved
+            else f"; {held.used} verdict(s) on disk counted in"
+        )
+    if run.unread:
+        extra += f"; {run.unread}"
+    if axis.notes is not None:
+        extra += axis.notes(run)
+    return extra
+
+
+def _line(
+    run: Run[T],
+    summary: BisectSummary,
+    answer: FlakyAnswer[T],
+    order: list[T],
+    leaders: list[tuple[str | None, float]],
+) -> str:
+    """`first reproducing release: trl X (posterior 0.995 after 23 runs; reproduces in 7 of
+    10 runs (70%) at and after X, 0 of 9 before; ...)`, or no change, or the candidates
+    left with their probabilities."""
+    axis = run.axis
+    subject = axis.subject
+    runs = f"after {answer.runs} runs"
+    kind = verdict_word(summary.end_verdict)
+    counts = {item: (k, n) for item, k, n in answer.counts}
+
+    def tally(part: list[T]) -> tuple[int, int]:
+        return (
+            sum(counts.get(i, (0, 0))[0] for i in part),
+            sum(counts.get(i, (0, 0))[1] for i in part),
+        )
+
+    if summary.status == "found" and answer.culprit is not None:
+        at = order.index(answer.culprit)
+        (k_bad, n_bad), (k_good, n_good) = tally(order[at:]), tally(order[:at])
+        first = summary.first or ""
+        rate = f"{k_bad} of {n_bad} runs ({k_bad / max(n_bad, 1):.0%})"
+        if summary.end_verdict == Verdict.REPRODUCED.value:
+            seen = f"reproduces in {rate} at and after {first}, {k_good} of {n_good} before"
+        else:
+            seen = f"reproduces in {rate} before {first}, {k_good} of {n_good} at and after"
+        return (
+            f"first {kind} {axis.word}: {subject}{first} (posterior {answer.confidence:.3f} "
+            f"{runs}; {seen}; {summary.assumption})"
+        )
+    k_all, n_all = tally(order)
+    if summary.status == "no-change":
+        throughout = "reproducing" if answer.throughout == "reproduced" else "clean"
+        return (
+            f"no change in the range: {throughout} throughout {subject}{axis.ends[0]} to "
+            f"{axis.ends[1]} (posterior {answer.confidence:.3f} {runs}; reproduces in {k_all} "
+            f"of {n_all} runs; {summary.assumption})"
+        )
+    listed = ", ".join(
+        f"{item} ({p:.2f})" if item is not None else f"no change ({p:.2f})"
+        for item, p in leaders[:SHOWN]
+    )
+    held = run.checked
+    why = (
+        "verdicts on disk move the posterior off the search's answer; "
+        if held is not None and held.moved
+        else ""
+    )
+    more = (
+        "run more with a higher --max-runs, or map"
+        if answer.runs >= run.strategy.max_runs
+        else "no probe left can tell them apart; map"
+    )
+    return (
+        f"undecided {runs} (target {run.strategy.confidence}): {why}the first {kind} "
+        f"{axis.word} could be {subject}{listed}; {more} every {axis.noun} with a sweep "
+        f"({summary.assumption})"
+    )
+
+
+def _leaders(answer: FlakyAnswer[T]) -> list[tuple[T | None, float]]:
+    ranked: list[tuple[T | None, float]] = [*answer.posterior, (None, answer.no_change)]
+    return sorted(ranked, key=lambda pair: -pair[1])
