@@ -373,6 +373,11 @@ def _backend_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SRC:DST[,...]",
         help="slurm: more pyxis mounts, with --container-image",
     )
+    parser.add_argument(
+        "--nodes", type=int, metavar="N",
+        help="slurm: every launch over N nodes, one task per node ([launch] processes ranks "
+        "each; default: [launch] nodes)",
+    )  # fmt: skip
 
 
 def _backend(args: argparse.Namespace) -> Backend | None:
@@ -386,14 +391,17 @@ def _backend(args: argparse.Namespace) -> Backend | None:
         raise BadInput("--workers must be 1 or more")
     kind = getattr(args, "backend", "venv")
     if kind != "slurm":
-        flags = ("partition", "gres", "time", "container_image", "container_mounts")
+        flags = ("partition", "gres", "time", "container_image", "container_mounts", "nodes")
         given = [f for f in flags if getattr(args, f, None)]
         if given:
             raise BadInput(f"--{given[0].replace('_', '-')} goes with --backend slurm")
         return detached.DetachedBackend(_settings(args)) if workers > 1 else None
+    if args.nodes is not None and not 1 <= args.nodes <= spec.MAX_NODES:
+        raise BadInput(f"--nodes {args.nodes}: from 1 to {spec.MAX_NODES}")
     backend = slurm.SlurmBackend(
         _settings(args), partition=args.partition, gres=args.gres, time=args.time,
         container_image=args.container_image, container_mounts=args.container_mounts,
+        nodes=args.nodes,
     )  # fmt: skip
     backend.check()
     return backend

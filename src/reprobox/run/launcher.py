@@ -39,7 +39,7 @@ from reprobox.core import environ
 from reprobox.core.errors import LaunchError
 from reprobox.core.scrub import Scrubber
 from reprobox.core.spec import check_timeout
-from reprobox.run import interrupts, watchdog
+from reprobox.run import interrupts, multinode, watchdog
 from reprobox.run.guard import (
     PR_SET_CHILD_SUBREAPER,
     PR_SET_PDEATHSIG,
@@ -81,6 +81,11 @@ class LaunchPlan:
     rank_logs: bool = True  # ask the launcher for per-rank logs (see collect_rank_logs)
     log_name: str = "launch.log"  # the launcher's output, in log_dir
     registry: Path | None = None  # the folder of live runs (stale ones are swept at start)
+    # Where it sits in a launch over nodes (run.multinode): set on each node by its runner.
+    nodes: int = 1
+    node_rank: int = 0
+    master_addr: str = ""  # the rendezvous host; "" is this machine (one node)
+    rdzv_id: str = ""
 
     def argv(self) -> list[str]:
         """The command line a person would type (also what the report quotes)."""
@@ -90,8 +95,7 @@ class LaunchPlan:
             logs = ["--log_dir", str(self.log_dir / "torchrun"), "--tee", "3"]
             return [
                 str(self.bin_dir / "torchrun"),
-                *("--nnodes", "1", "--nproc_per_node", str(self.processes)),
-                *("--master_addr", "127.0.0.1", "--master_port", str(self.port)),
+                *multinode.torchrun_args(self),
                 *(logs if self.rank_logs else []),
                 *self.launcher_args,
                 *script,
@@ -104,7 +108,7 @@ class LaunchPlan:
                 str(self.bin_dir / "accelerate"),
                 "launch",
                 *config,
-                *("--num_processes", str(self.processes), "--main_process_port", str(self.port)),
+                *multinode.accelerate_args(self),
                 *(["--tee", "3"] if self.rank_logs else []),
                 *self.launcher_args,
                 *script,
@@ -136,6 +140,7 @@ def one_process(plan: LaunchPlan, args: Sequence[str], log_name: str) -> LaunchP
         config=None,
         rank_logs=False,
         log_name=log_name,
+        nodes=1,
     )
 
 
@@ -154,12 +159,14 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
     """Run the launch to completion or timeout and kill whatever it leaves; an interrupt
     (KeyboardInterrupt, `Terminated`) kills it all and propagates."""
     check_timeout(plan.timeout, "launch timeout")
+    if not plan.master_addr:
+        multinode.refuse_nodes(plan.nodes)  # placed on no node: a single-machine back end
     plan.log_dir.mkdir(parents=True, exist_ok=True)
     if plan.registry is not None:
         sweep_stale_runs(plan.registry)
     run_id = uuid.uuid4().hex
     env = child_env({**plan.env, RUN_ID_ENV: run_id})
-    env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(plan.port)
+    env["MASTER_ADDR"], env["MASTER_PORT"] = plan.master_addr or "127.0.0.1", str(plan.port)
     log = plan.log_dir / plan.log_name
     started = time.monotonic()
     procs: list[subprocess.Popen[bytes]] = []
@@ -225,7 +232,7 @@ def _start(
     argv = plan.argv()
     setup = _child_setup(os.getpid(), watched)
     try:
-        if plan.launcher != "python" or plan.processes == 1:
+        if not multinode.harness_ranks(plan.launcher, plan.processes, plan.nodes):
             proc = subprocess.Popen(
                 argv,
                 cwd=plan.cwd,
@@ -239,13 +246,7 @@ def _start(
             return [proc]
         procs: list[subprocess.Popen[bytes]] = []
         for rank in range(plan.processes):
-            rank_env = {
-                **env,
-                "RANK": str(rank),
-                "LOCAL_RANK": str(rank),
-                "WORLD_SIZE": str(plan.processes),
-                "LOCAL_WORLD_SIZE": str(plan.processes),
-            }
+            rank_env = {**env, **multinode.rank_env(plan, rank)}
             with (plan.log_dir / f"rank{rank}.log").open("wb") as out:
                 group = procs[0].pid if procs else 0  # one group for all ranks, led by rank 0
                 procs.append(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from reprobox.core.spec import Repro
 from reprobox.run.launcher import LaunchPlan
+from reprobox.run.multinode import refuse_nodes
 
 IMAGE_USER = "10001"  # the image's non-root user (uid and gid)
 IMAGE_UID = int(IMAGE_USER)
@@ -36,6 +37,7 @@ def container_argv(
     launcher's ranks are started by the harness on a host; inside an image torchrun starts
     them, with the same torch.distributed environment. A preflight is one plain process."""
     spec = repro.launch(variant)
+    refuse_nodes(spec.nodes)  # one image runs on one machine
     launcher, launcher_args, processes = spec.launcher, list(spec.args), spec.processes
     args = list(script_args)
     if preflight is not None:
