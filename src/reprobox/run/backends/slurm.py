@@ -365,8 +365,7 @@ class SlurmBackend:
         plan.log_dir.mkdir(parents=True, exist_ok=True)
         task = Task(plan, request, plan.log_dir / detached.PLAN_NAME,
                      plan.log_dir / detached.OUTCOME_NAME)  # fmt: skip
-        for outcome in slurm_nodes.outcome_files(plan.log_dir, plan.nodes):
-            outcome.unlink(missing_ok=True)
+        slurm_nodes.clear(plan.log_dir, plan.nodes)
         detached.write_plan(plan, task.plan_file)
         return task
 

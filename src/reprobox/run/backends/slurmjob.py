@@ -159,6 +159,7 @@ class Watch:
     beats: dict[int, str] = field(default_factory=dict)
     beat_at: dict[int, float] = field(default_factory=dict)  # when each node's beat changed
     outcome_at: dict[int, float] = field(default_factory=dict)  # when each outcome was seen
+    srun_at: float | None = None  # when srun's end (a launch over nodes) was first seen
 
     def check(self, state: dict[str, str], now: float | None = None) -> dict[str, str] | None:
         """None to keep waiting, else the fields to read the job back from: Slurm's end
@@ -187,9 +188,18 @@ class Watch:
         def lost(node: int, why: str) -> dict[str, str]:
             where = state.get("NodeList") or "its node"
             if self.nodes > 1:
-                where = slurm_nodes.node_name(files[node], f"node {node} of {where}")
+                named = slurm_nodes.node_name(files[node], "")
+                where = named or slurm_nodes.nth_host(where, node) or f"node {node} of {where}"
             return {**state, "JobState": LOST, "lost": why, "seen": name, "NodeList": where}
 
+        srun = slurm_nodes.srun_ended(self.outcome_file.parent) if self.nodes > 1 else None
+        if srun is not None and waiting:  # every task is gone: those without an outcome died
+            self.srun_at = self.srun_at or now
+            if now - self.srun_at > OUTCOME_GRACE_S:
+                silent = [n for n in waiting if n not in self.beat_at] or waiting
+                started = "never started" if silent[0] not in self.beat_at else "ended"
+                why = f"its task {started} and wrote no outcome (srun exited {srun})"
+                return lost(silent[0], why)
         if not waiting:
             waited = now - max(self.outcome_at.values())
             return {**state, "outcome_first": f"{waited:.0f}"} if waited > OUTCOME_GRACE_S else None
@@ -202,9 +212,12 @@ class Watch:
                     )
                     return lost(node, why)
             elif node in self.beat_at and now - self.beat_at[node] > LOST_AFTER_S:
-                return lost(
-                    node, f"its launch's heartbeat stopped {now - self.beat_at[node]:.0f}s ago"
-                )
+                ago = f"{now - self.beat_at[node]:.0f}s ago"
+                silent = [n for n in waiting if n not in self.beat_at and n not in self.outcome_at]
+                if silent:  # the cause: a node whose task never started (a stuck rendezvous)
+                    why = f"its task never started (no heartbeat); node {node}'s stopped {ago}"
+                    return lost(silent[0], why)
+                return lost(node, f"its launch's heartbeat stopped {ago}")
         if now - self.running_since > self.deadline_s:
             for node in waiting:
                 if node not in self.beat_at and node not in self.outcome_at:
