@@ -186,6 +186,11 @@ def test_each_launcher_gets_its_nodes_share(tmp_path: Path) -> None:
     accel = " ".join(_plan(tmp_path, "accelerate", **placed).argv())
     assert "--num_processes 4 --main_process_port 29400 --num_machines 2" in accel
     assert "--machine_rank 1 --main_process_ip 10.0.0.7" in accel
+    assert "--deepspeed_multinode_launcher" not in accel
+    config = tmp_path / "zero2.yaml"
+    config.write_text("distributed_type: DEEPSPEED\n")
+    speed = _plan(tmp_path, "accelerate", config=config, **placed).argv()
+    assert speed[speed.index("--deepspeed_multinode_launcher") + 1] == "standard"
     python = _plan(tmp_path, "python", **placed)
     assert multinode.rank_env(python, 1) == {
         "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}  # fmt: skip
@@ -314,12 +319,14 @@ def test_a_rank_that_exits_on_the_second_node_after_the_result_is_not_clean(
 
 def _node_processes(node: str) -> list[psutil.Process]:
     """What runs for a job on `node`: its tasks' processes (SLURMD_NODENAME in their
-    environment) and the slurmstepd above them."""
+    environment), everything below them, and the slurmstepd above them."""
     found: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter(["pid"]):
         try:
             if proc.environ().get("SLURMD_NODENAME") == node:
                 found[proc.pid] = proc
+                for child in proc.children(recursive=True):  # ranks: the stack's env only
+                    found[child.pid] = child
                 parent = proc.parent()
                 if parent is not None and parent.name().startswith("slurmstepd"):
                     found[parent.pid] = parent

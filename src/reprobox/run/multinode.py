@@ -8,8 +8,8 @@ A multi-node plan is the single-node plan plus where it sits: `nodes` (N), this 
   host (the first node hosts its store: is_host=1 there, 0 elsewhere, so two "nodes" on one
   machine never race to bind it); global ranks are then assigned by the rendezvous;
 - `accelerate launch`: --num_machines N --machine_rank K --main_process_ip HOST with
-  --num_processes N x P (accelerate counts processes over all machines); a DeepSpeed config
-  goes through accelerate's own multi-node launch (untested here);
+  --num_processes N x P (accelerate counts processes over all machines); with a DeepSpeed
+  config also --deepspeed_multinode_launcher standard (Slurm started the nodes' tasks);
 - the plain python launcher: P ranks per node with RANK = K x P + local rank, WORLD_SIZE =
   N x P, MASTER_ADDR/MASTER_PORT the first host's.
 """
@@ -61,11 +61,22 @@ def accelerate_args(plan: Placed) -> list[str]:
     own = ["--num_processes", str(world_size(plan)), "--main_process_port", str(plan.port)]
     if plan.nodes == 1:
         return own
+    # DeepSpeed under accelerate would start the other machines itself (pdsh, over ssh);
+    # here Slurm has already started one task per node, so each runs torchrun's way.
+    speed = ["--deepspeed_multinode_launcher", "standard"] if _deepspeed(plan) else []
     return [
         *own,
         *("--num_machines", str(plan.nodes), "--machine_rank", str(plan.node_rank)),
         *("--main_process_ip", plan.master_addr),
+        *speed,
     ]
+
+
+def _deepspeed(plan: Placed) -> bool:
+    try:
+        return plan.config is not None and "DEEPSPEED" in plan.config.read_text()
+    except OSError:
+        return False
 
 
 def rank_env(plan: Placed, local: int) -> dict[str, str]:
