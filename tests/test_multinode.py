@@ -312,6 +312,7 @@ def test_a_rank_that_exits_on_the_second_node_after_the_result_is_not_clean(
     [record] = newest_records(toy / "results", "toy").values()
     assert record["status"] == "error" and record["verdict"] is None
     assert record["reason"].startswith("rank 3 exited 3 but the result says clean"), record
+    print(f"late exit on n2: {record['reason'][:120]}")
     result = json.loads((Path(record["dir"]) / "result.json").read_text())
     assert result["verdict"] == "clean"  # rank 0 wrote clean; the judge refused it
     assert _job(record)["state"] == "COMPLETED"  # Slurm saw nothing wrong either
@@ -321,9 +322,11 @@ def _node_processes(node: str) -> list[psutil.Process]:
     """What runs for a job on `node`: its tasks' processes (SLURMD_NODENAME in their
     environment), everything below them, and the slurmstepd above them."""
     found: dict[int, psutil.Process] = {}
+    conf = os.environ["SLURM_CONF"]
     for proc in psutil.process_iter(["pid"]):
         try:
-            if proc.environ().get("SLURMD_NODENAME") == node:
+            env = proc.environ()  # this module's cluster's (another may name nodes n1, n2)
+            if env.get("SLURMD_NODENAME") == node and env.get("SLURM_CONF") == conf:
                 found[proc.pid] = proc
                 for child in proc.children(recursive=True):  # ranks: the stack's env only
                     found[child.pid] = child
@@ -386,6 +389,7 @@ def test_a_second_node_that_dies_mid_launch_is_a_node_failure(cluster: Path, toy
     assert "n2" in line and "no verdict" in line, line
     assert "time limit" not in line and "timed out" not in line
     assert took < slurmjob.LOST_AFTER_S + 40, took
+    print(f"node n2 killed: {line} ({took:.0f}s after the kill)")
     [record] = newest_records(toy / "results", "toy").values()
     assert (record["status"], record["verdict"], record["exit_code"]) == ("error", None, 4)
     _wait_for(lambda: _left_behind(toy) == [], 30, "no process left behind")
@@ -404,6 +408,7 @@ def test_scancel_from_outside_is_cancelled(cluster: Path, toy: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == ExitCode.RUN_FAILED, err
     assert "was cancelled outside reprobox" in _errors(err)[-1]
+    print(f"scancel: {_errors(err)[-1]}")
     [record] = newest_records(toy / "results", "toy").values()
     assert record["status"] == "error" and record["verdict"] is None
     _wait_for(lambda: _queued() == [], 60, "an empty queue")
@@ -429,6 +434,7 @@ def test_an_interrupt_leaves_no_job_and_no_process_on_any_node(
     want = ExitCode.INTERRUPTED if sig == signal.SIGINT else ExitCode.TERMINATED
     assert proc.returncode == want, err
     assert len(_errors(err)) == 1 and "Traceback" not in err
+    print(f"{sig.name}: exit {proc.returncode}: {_errors(err)[0][:120]}")
     assert _queued() == []
     _wait_for(lambda: _left_behind(toy) == [], 30, "no process left behind")
     assert _node_processes("n1") == [] and _node_processes("n2") == []
@@ -478,5 +484,6 @@ def test_a_rendezvous_whose_second_node_never_starts_ends_within_the_timeout(
     [line] = _errors(done.stderr)
     assert "lost its node n2: its task never started and wrote no outcome" in line, line
     assert took < 50, took
+    print(f"n2 never starts: {line} ({took:.0f}s, launch timeout 50s)")
     [record] = newest_records(toy / "results", "toy").values()
     assert record["status"] == "error" and record["verdict"] is None
