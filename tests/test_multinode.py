@@ -459,7 +459,8 @@ def test_a_two_worker_bisect_on_two_nodes_gives_the_local_answer(
     if nodes == "2":
         assert all(j["nodes"] == list(NODES) for j in jobs)
     else:
-        assert {j["node"] for j in jobs} == set(NODES)  # both nodes took probes
+        # one node a probe (the scheduler may pack two probes onto one 2-CPU node)
+        assert all(j["node"] in NODES and "nodes" not in j for j in jobs)
     assert _queued() == []
 
 
