@@ -159,6 +159,7 @@ class Watch:
     beats: dict[int, str] = field(default_factory=dict)
     beat_at: dict[int, float] = field(default_factory=dict)  # when each node's beat changed
     outcome_at: dict[int, float] = field(default_factory=dict)  # when each outcome was seen
+    node_list: str = ""  # the job's nodes when first seen running
     srun_at: float | None = None  # when srun's end (a launch over nodes) was first seen
 
     def check(self, state: dict[str, str], now: float | None = None) -> dict[str, str] | None:
@@ -173,6 +174,7 @@ class Watch:
             return None  # pending, or requeued: nothing runs yet
         if self.running_since is None:
             self.running_since = now
+            self.node_list = state.get("NodeList", "")  # whole: it shrinks while completing
         files = slurm_nodes.outcome_files(self.outcome_file.parent, self.nodes)
         waiting: list[int] = []  # nodes whose launch has not said how it ended
         for node, path in enumerate(files):
@@ -189,7 +191,8 @@ class Watch:
             where = state.get("NodeList") or "its node"
             if self.nodes > 1:
                 named = slurm_nodes.node_name(files[node], "")
-                where = named or slurm_nodes.nth_host(where, node) or f"node {node} of {where}"
+                whole = self.node_list or where
+                where = named or slurm_nodes.nth_host(whole, node) or f"node {node} of {whole}"
             return {**state, "JobState": LOST, "lost": why, "seen": name, "NodeList": where}
 
         srun = slurm_nodes.srun_ended(self.outcome_file.parent) if self.nodes > 1 else None
