@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# A single-node Slurm cluster on this machine, for the Slurm back end's tests: munged, then
-# slurmctld and slurmd, all as root, with every path (config, state, spool, logs, pids, the
-# munge socket) under one scratch folder. Nothing outside that folder is written, and the
-# daemons are stopped by the pids this script recorded, never by name.
+# A Slurm test cluster on this machine, for the Slurm back end's tests: munged, then
+# slurmctld and one slurmd per node, all as root, with every path (config, state, spool, logs,
+# pids, the munge socket) under one scratch folder. Nothing outside that folder is written, and
+# the daemons are stopped by the pids this script recorded, never by name.
+# One node is this host, by its name. N > 1 nodes are n1..nN, each a slurmd of its own
+# (`slurmd -N nK`: its own port, spool and log) at 127.0.0.1, all in the one partition.
 #
 # Usage: slurm-cluster.sh start DIR   start (or find running) a cluster under DIR; prints the
 #                                     line `SLURM_CONF=DIR/slurm.conf` to export
 #        slurm-cluster.sh stop DIR    stop the daemons started under DIR (by their pids)
 #        slurm-cluster.sh status DIR  exit 0 when the cluster under DIR answers
 # Needs: root, and Debian's slurm-wlm and munge (scripts/setup-system.sh installs them).
-# Env: REPROBOX_SLURM_CPUS (default 2), REPROBOX_SLURM_PORT (slurmctld; slurmd uses +1;
-#      default 6917), REPROBOX_MUNGE_KEY (default /etc/munge/munge.key, the package's).
+# Env: REPROBOX_SLURM_NODES (default 1), REPROBOX_SLURM_CPUS (per node, default 2),
+#      REPROBOX_SLURM_PORT (slurmctld; node K's slurmd uses +K; default 6917), REPROBOX_MUNGE_KEY (default /etc/munge/munge.key, the package's).
 set -euo pipefail
 
 die() { echo "slurm-cluster: $*" >&2; exit 2; }
@@ -64,6 +66,8 @@ fi
 stop # leftovers of an earlier start under DIR
 
 host=$(hostname -s)
+nodes=${REPROBOX_SLURM_NODES:-1}
+[[ $nodes =~ ^[1-9][0-9]?$ ]] || die "REPROBOX_SLURM_NODES=$nodes: a node count from 1 to 99"
 cpus=${REPROBOX_SLURM_CPUS:-2}
 port=${REPROBOX_SLURM_PORT:-6917}
 key=${REPROBOX_MUNGE_KEY:-/etc/munge/munge.key}
@@ -72,10 +76,30 @@ key=${REPROBOX_MUNGE_KEY:-/etc/munge/munge.key}
 mem_mb=$(awk '/^MemTotal:/ {print int($2 / 1024 * 0.8)}' /proc/meminfo)
 ((mem_mb > 20000)) && mem_mb=20000
 mkdir -p "$dir"/{state,spool,munge,log}
+if ((nodes == 1)); then
+  names=("$host")
+  node_lines="NodeName=$host CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN"
+  spool=$dir/spool
+  slurmd_files="SlurmdPidFile=$dir/slurmd.pid
+SlurmdLogFile=$dir/log/slurmd.log"
+else
+  names=() node_lines=""
+  for ((k = 1; k <= nodes; k++)); do
+    names+=("n$k")
+    mkdir -p "$dir/spool/n$k"
+    node_lines+="NodeName=n$k NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + k)) "
+    node_lines+="CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN"$'\n'
+  done
+  node_lines=${node_lines%$'\n'}
+  spool=$dir/spool/%n # %n: each slurmd's own node name
+  slurmd_files="SlurmdPidFile=$dir/slurmd-%n.pid
+SlurmdLogFile=$dir/log/slurmd-%n.log"
+fi
+node_list=$(IFS=,; echo "${names[*]}")
 chmod 0700 "$dir/munge"
 
 cat >"$conf" <<EOF
-# Written by scripts/slurm-cluster.sh: a single-node test cluster, accounting off.
+# Written by scripts/slurm-cluster.sh: a $nodes-node test cluster, accounting off.
 ClusterName=reprobox
 SlurmctldHost=$host
 SlurmUser=root
@@ -100,13 +124,12 @@ KillWait=5
 MinJobAge=300
 InactiveLimit=0
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$spool
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
-NodeName=$host CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
+$slurmd_files
+$node_lines
+PartitionName=debug Nodes=$node_list Default=YES MaxTime=INFINITE State=UP
 EOF
 
 : >"$pids"
@@ -122,10 +145,16 @@ start_daemon munged munged --foreground --force --socket="$dir/munge/munge.socke
 for _ in $(seq 50); do [[ -S $dir/munge/munge.socket ]] && break; sleep 0.1; done
 [[ -S $dir/munge/munge.socket ]] || { stop; die "munged did not start (see $dir/log/munged.log)"; }
 start_daemon slurmctld slurmctld -D -i -f "$conf"
-start_daemon slurmd slurmd -D -f "$conf"
+if ((nodes == 1)); then
+  start_daemon slurmd slurmd -D -f "$conf"
+else
+  for name in "${names[@]}"; do start_daemon "slurmd-$name" slurmd -D -N "$name" -f "$conf"; done
+fi
 
 deadline=$((SECONDS + 30))
-until answers && sinfo -h -o "%t" 2>/dev/null | grep -qE "^(idle|mix|alloc)"; do
+# Every node up (sinfo: one line per state, with its node count).
+up() { sinfo -h -N -o "%N %t" 2>/dev/null | grep -cE " (idle|mix|alloc)$"; }
+until answers && (($(up) == nodes)); do
   if ((SECONDS > deadline)); then
     stop
     die "the cluster did not come up in 30 s (see $dir/log/)"

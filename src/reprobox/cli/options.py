@@ -258,7 +258,8 @@ OPTIONS: dict[str, Option] = {
         Option(
             "nodes",
             ("--nodes",),
-            "nodes per launch (default: repro.toml's)",
+            "slurm: every launch over N nodes, one task per node ([launch] processes ranks "
+            "each; default: [launch] nodes)",
             type=positive_int,
             env="REPROBOX_NODES",
             metavar="N",
@@ -363,7 +364,7 @@ def add(parser: argparse.ArgumentParser, *names: str) -> None:
 PER_COMMAND = frozenset({"--out", "-o", "--memory", "--dry-run"})
 
 CELL = ("variant", "packages", "editables", "param", "platform", "timeout")
-BACKEND = ("backend", "partition", "gres", "time", "container_image", "container_mounts")
+BACKEND = ("backend", "partition", "gres", "time", "container_image", "container_mounts", "nodes")
 SLURM_ONLY = BACKEND[1:]
 
 

@@ -35,9 +35,11 @@ from reprobox.core.spec_rules import check_semantics, display
 SPEC_FILE = "repro.toml"
 # Launching more ranks than this on one host is a typo, not a repro.
 MAX_PROCESSES = 64
+MAX_NODES = 64
 
 # Strict: TOML has real numbers and booleans, so a quoted one is a mistake to report.
 Processes = Annotated[int, Field(ge=1, le=MAX_PROCESSES, strict=True)]
+Nodes = Annotated[int, Field(ge=1, le=MAX_NODES, strict=True)]
 Seconds = Annotated[float, Field(gt=0, strict=True, allow_inf_nan=False)]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
@@ -73,6 +75,8 @@ class LaunchSection(_Section):
     # Variables of the harness's environment the ranks get beyond the stack's own set
     # (core.environ); nothing else of it reaches them.
     pass_env: list[EnvName] = []
+    # Nodes of one launch (Slurm: one task per node); `processes` is ranks per node.
+    nodes: Nodes = 1
 
 
 class LaunchOverride(_Section):
@@ -86,6 +90,7 @@ class LaunchOverride(_Section):
     env: dict[str, str] | None = None
     preflight: list[str] | None = None
     pass_env: list[EnvName] | None = None
+    nodes: Nodes | None = None
 
 
 class EnvSection(_Section):

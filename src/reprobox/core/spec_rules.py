@@ -14,7 +14,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from reprobox.core.errors import SpecError
+from reprobox.core.errors import BadInput, SpecError
 from reprobox.core.instants import exclude_newer_problem
 
 if TYPE_CHECKING:
@@ -216,3 +216,13 @@ def display(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+def refuse_nodes(nodes: int) -> None:
+    """A back end that runs one machine refuses a launch over nodes: N x P ranks on one
+    machine would measure another world size, and a launch short of its nodes another bug."""
+    if nodes > 1:
+        raise BadInput(
+            f"[launch] nodes = {nodes} spans nodes: run it with --backend slurm (this back "
+            "end runs one machine)"
+        )

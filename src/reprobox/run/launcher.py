@@ -39,7 +39,7 @@ from reprobox.core import environ
 from reprobox.core.errors import LaunchError
 from reprobox.core.scrub import Scrubber
 from reprobox.core.spec import check_timeout
-from reprobox.run import interrupts, watchdog
+from reprobox.run import interrupts, multinode, watchdog
 from reprobox.run.guard import (
     PR_SET_CHILD_SUBREAPER,
     PR_SET_PDEATHSIG,
@@ -82,14 +82,27 @@ class LaunchPlan:
     rank_logs: bool = True  # ask the launcher for per-rank logs (see collect_rank_logs)
     log_name: str = "launch.log"  # the launcher's output, in log_dir
     registry: Path | None = None  # the folder of live runs (stale ones are swept at start)
+    # Where it sits in a launch over nodes (run.multinode): set on each node by its runner.
+    nodes: int = 1
+    node_rank: int = 0
+    master_addr: str = ""  # the rendezvous host; "" is this machine (one node)
+    rdzv_id: str = ""
 
     def argv(self) -> list[str]:
         """The command line a person would type (also what the report quotes)."""
         return launcher_argv(
             self.launcher, self.bin_dir, self.processes, self.script, self.script_args,
             launcher_args=self.launcher_args, config=self.config, port=self.port,
-            log_dir=self.log_dir, rank_logs=self.rank_logs,
+            log_dir=self.log_dir, rank_logs=self.rank_logs, placement=self._placement(),
         )  # fmt: skip
+
+    def _placement(self) -> list[str] | None:
+        """The launcher's options for where this node sits (run.multinode)."""
+        if self.launcher == "torchrun":
+            return multinode.torchrun_args(self)
+        if self.launcher == "accelerate":
+            return multinode.accelerate_args(self)
+        return None
 
 
 @dataclass(frozen=True)
@@ -116,6 +129,7 @@ def one_process(plan: LaunchPlan, args: Sequence[str], log_name: str) -> LaunchP
         config=None,
         rank_logs=False,
         log_name=log_name,
+        nodes=1,
     )
 
 
@@ -134,12 +148,14 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
     """Run the launch to completion or timeout and kill whatever it leaves; an interrupt
     (KeyboardInterrupt, `Terminated`) kills it all and propagates."""
     check_timeout(plan.timeout, "launch timeout")
+    if not plan.master_addr:
+        multinode.refuse_nodes(plan.nodes)  # placed on no node: a single-machine back end
     plan.log_dir.mkdir(parents=True, exist_ok=True)
     if plan.registry is not None:
         sweep_stale_runs(plan.registry)
     run_id = uuid.uuid4().hex
     env = child_env({**plan.env, RUN_ID_ENV: run_id})
-    env["MASTER_ADDR"], env["MASTER_PORT"] = "127.0.0.1", str(plan.port)
+    env["MASTER_ADDR"], env["MASTER_PORT"] = plan.master_addr or "127.0.0.1", str(plan.port)
     log = plan.log_dir / plan.log_name
     started = time.monotonic()
     procs: list[subprocess.Popen[bytes]] = []
@@ -205,7 +221,7 @@ def _start(
     argv = plan.argv()
     setup = _child_setup(os.getpid(), watched)
     try:
-        if plan.launcher != "python" or plan.processes == 1:
+        if not multinode.harness_ranks(plan.launcher, plan.processes, plan.nodes):
             proc = subprocess.Popen(
                 argv,
                 cwd=plan.cwd,
@@ -219,13 +235,7 @@ def _start(
             return [proc]
         procs: list[subprocess.Popen[bytes]] = []
         for rank in range(plan.processes):
-            rank_env = {
-                **env,
-                "RANK": str(rank),
-                "LOCAL_RANK": str(rank),
-                "WORLD_SIZE": str(plan.processes),
-                "LOCAL_WORLD_SIZE": str(plan.processes),
-            }
+            rank_env = {**env, **multinode.rank_env(plan, rank)}
             with (plan.log_dir / f"rank{rank}.log").open("wb") as out:
                 group = procs[0].pid if procs else 0  # one group for all ranks, led by rank 0
                 procs.append(

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reprobox.core.spec import Repro
+from reprobox.core.spec_rules import refuse_nodes
 
 IMAGE_USER = "10001"  # the image's non-root user (uid and gid)
 IMAGE_UID = int(IMAGE_USER)
@@ -38,6 +39,7 @@ def container_argv(
     launcher's ranks are started by the harness on a host; inside an image torchrun starts
     them, with the same torch.distributed environment. A preflight is one plain process."""
     spec = repro.launch(variant)
+    refuse_nodes(spec.nodes)  # one image runs on one machine
     launcher, launcher_args, processes = spec.launcher, list(spec.args), spec.processes
     args = list(script_args)
     if preflight is not None:
@@ -64,17 +66,19 @@ def launcher_argv(
     port: int = 0,
     log_dir: Path,
     rank_logs: bool = True,
+    placement: Sequence[str] | None = None,
 ) -> list[str]:
     """The command line that starts a launch with `launcher` (torchrun, accelerate or
-    python) from `bin_dir`, as a person would type it (also what the report quotes)."""
+    python) from `bin_dir`, as a person would type it (also what the report quotes).
+    `placement` is the launcher's own options for the world and this node's place in it
+    (run.multinode for a launch over nodes); None is one machine of `processes` ranks."""
     command = [str(script), *script_args]
     if launcher == "torchrun":
         # Underscore spellings: the only ones torch < 2.1 understands.
         logs = ["--log_dir", str(log_dir / "torchrun"), "--tee", "3"]
         return [
             str(bin_dir / "torchrun"),
-            *("--nnodes", "1", "--nproc_per_node", str(processes)),
-            *("--master_addr", "127.0.0.1", "--master_port", str(port)),
+            *(placement if placement is not None else _one_machine_torchrun(processes, port)),
             *(logs if rank_logs else []),
             *launcher_args,
             *command,
@@ -87,9 +91,20 @@ def launcher_argv(
             str(bin_dir / "accelerate"),
             "launch",
             *config_file,
-            *("--num_processes", str(processes), "--main_process_port", str(port)),
+            *(
+                placement
+                if placement is not None
+                else ("--num_processes", str(processes), "--main_process_port", str(port))
+            ),
             *(["--tee", "3"] if rank_logs else []),
             *launcher_args,
             *command,
         ]
     return [str(bin_dir / "python"), *launcher_args, *command]
+
+
+def _one_machine_torchrun(processes: int, port: int) -> tuple[str, ...]:
+    return (
+        *("--nnodes", "1", "--nproc_per_node", str(processes)),
+        *("--master_addr", "127.0.0.1", "--master_port", str(port)),
+    )

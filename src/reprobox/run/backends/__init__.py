@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 
 from reprobox.core.errors import BadInput
 from reprobox.core.settings import Settings
+from reprobox.core.spec import MAX_NODES
 from reprobox.run.backend import Backend
 
 KINDS = ("venv", "slurm")
@@ -26,6 +27,7 @@ class SlurmFlags:
     time: str | None = None
     container_image: str | None = None
     container_mounts: str | None = None
+    nodes: int | None = None  # every launch over this many nodes (default: [launch] nodes)
 
     def given(self) -> list[str]:
         """The flags given, as a person typed them (`--container-image`)."""
@@ -60,11 +62,14 @@ def make_backend(
         from reprobox.run.backends.venv import VenvBackend
 
         return VenvBackend(settings, gpus=gpus)
+    if slurm.nodes is not None and not 1 <= slurm.nodes <= MAX_NODES:
+        raise BadInput(f"--nodes {slurm.nodes}: from 1 to {MAX_NODES}")
     from reprobox.run.backends.slurm import SlurmBackend
 
     backend = SlurmBackend(
         settings, partition=slurm.partition, gres=slurm.gres, time=slurm.time,
         container_image=slurm.container_image, container_mounts=slurm.container_mounts,
+        nodes=slurm.nodes,
     )  # fmt: skip
     backend.check()
     return backend

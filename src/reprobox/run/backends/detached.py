@@ -31,7 +31,7 @@ from reprobox.core.files import atomic_write
 from reprobox.core.judge import Launched
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
-from reprobox.run import interrupts, launcher
+from reprobox.run import interrupts, launcher, multinode
 from reprobox.run.backend import LaunchRequest, Prepared
 from reprobox.run.backends.venv import VenvBackend
 from reprobox.run.exits import last_error, launcher_exits, rank_exits
@@ -74,8 +74,10 @@ def run_plan_file(plan_file: Path, outcome_file: Path, echo: bool = False) -> in
     with interrupts.handled():
         try:
             plan = read_plan(plan_file)
-            # A port free where the launch runs (a node is not the machine that planned it).
-            plan = replace(plan, port=launcher.free_port())
+            # A port free where the launch runs (a node is not the machine that planned it);
+            # a launch over nodes comes with the port its first node chose for all of them.
+            if plan.nodes == 1:
+                plan = replace(plan, port=launcher.free_port())
             data["port"] = plan.port
             outcome = launcher.run(plan, echo=sys.stdout if echo else None)
             data.update(
@@ -121,7 +123,7 @@ def launched(plan: launcher.LaunchPlan, data: dict[str, Any], logs: Path) -> Lau
     log = Path(data["log"])
     rank_logs = [Path(p) for p in data.get("rank_logs", [])]
     timed_out = bool(data["timed_out"])
-    harness_ranks = plan.launcher == "python" and plan.processes > 1
+    harness_ranks = multinode.harness_ranks(plan.launcher, plan.processes, plan.nodes)
     if harness_ranks:
         exits = rank_exits(data["codes"])
     else:

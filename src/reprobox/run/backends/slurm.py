@@ -58,9 +58,9 @@ from reprobox.core.files import atomic_write
 from reprobox.core.judge import Launched
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
-from reprobox.run import devices, interrupts
+from reprobox.run import devices, interrupts, multinode
 from reprobox.run.backend import LaunchRequest, Prepared
-from reprobox.run.backends import detached, slurmjob
+from reprobox.run.backends import detached, slurm_nodes, slurmjob
 from reprobox.run.backends.slurmjob import (
     Task,
     Watch,
@@ -152,6 +152,7 @@ class SlurmBackend:
         poll_s: float = 0.5,
         container_image: str | None = None,
         container_mounts: str | None = None,
+        nodes: int | None = None,
     ) -> None:
         # GPUs are the job's, not this (login) host's: --gres gpu:N gives N, else each job
         # asks for what its launch needs (`_options`).
@@ -162,6 +163,7 @@ class SlurmBackend:
             raise BadInput("--container-mounts goes with --container-image")
         self.container_image, self.container_mounts = container_image, container_mounts
         self.time = check_time(time) if time else None
+        self.nodes = nodes  # --nodes N: every launch over N nodes, else [launch] nodes
         self.job_name = f"reprobox-{uuid.uuid4().hex[:10]}"  # every job of this back end
         self._jobs: set[str] = set()
         self._lock = threading.Lock()
@@ -196,15 +198,24 @@ class SlurmBackend:
     # -- the Backend protocol ------------------------------------------------------------
 
     def prepare(self, repro: Repro, cell: Cell, lock: Path) -> Prepared:
-        return replace(self.venv.prepare(repro, cell, lock), runner="slurm")
+        launch = repro.launch(cell.variant)
+        nodes = self.nodes or launch.nodes
+        runner = f"slurm ({multinode.layout(nodes, launch.processes)})" if nodes > 1 else "slurm"
+        return replace(self.venv.prepare(repro, cell, lock), runner=runner)
+
+    def nodes_for(self, request: LaunchRequest) -> int:
+        """The nodes of one launch: --nodes, else [launch] nodes; a preflight takes one."""
+        return 1 if request.preflight is not None else self.nodes or request.launch.nodes
 
     def options(self, request: LaunchRequest) -> list[str]:
         """sbatch's options for one launch."""
         limit = self.time or time_limit(request.timeout)
         output, chdir = request.log_dir / "slurm-%j.out", request.lead.run_dir
-        return self._options(limit, output, chdir, gpus_for(request))
+        return self._options(limit, output, chdir, gpus_for(request), self.nodes_for(request))
 
-    def _options(self, limit: str, output: Path, chdir: Path, gpus: int = 0) -> list[str]:
+    def _options(
+        self, limit: str, output: Path, chdir: Path, gpus: int = 0, nodes: int = 1
+    ) -> list[str]:
         asked = ["--gres", self.gres] if self.gres else ["--gres", f"gpu:{gpus}"] if gpus else []
         return [
             "--parsable",
@@ -212,7 +223,7 @@ class SlurmBackend:
             *("--output", str(output)),
             *("--chdir", str(chdir)),
             *("--time", limit),
-            "--nodes=1",
+            *(slurm_nodes.sbatch_options(nodes) if nodes > 1 else ["--nodes=1"]),
             "--no-requeue",
             *(["--partition", self.partition] if self.partition else []),
             *asked,
@@ -267,7 +278,7 @@ class SlurmBackend:
             raise KeyboardInterrupt
         task = self._stage(prepared, request)
         script = task.plan.log_dir / "slurm-job.sh"
-        runner = shlex.join(slurmjob.runner_argv(task.plan_file, task.outcome_file))
+        runner = shlex.join(slurmjob.task_argv(task))
         atomic_write(
             script,
             "#!/bin/sh\n# One reprobox launch, run on the node by the harness's own launcher.\n"
@@ -277,7 +288,7 @@ class SlurmBackend:
         submitted = time.time()
         job = self._submit([*self.options(request), str(script)])
         try:
-            final = self._wait(job, task.outcome_file, limit)
+            final = self._wait(job, task.outcome_file, limit, task.plan.nodes)
         except KeyboardInterrupt:
             with interrupts.shielded(raise_pending=False):
                 self._cancel([job])
@@ -312,15 +323,16 @@ class SlurmBackend:
         output = links / "%a" / "slurm-%A_%a.out"  # each task's own run folder
         throttle = f"%{workers}" if workers < len(tasks) else ""
         gpus = max(gpus_for(t.request) for t in tasks)
+        nodes = max(t.plan.nodes for t in tasks)
         argv = [
-            *self._options(limit, output, array_dir, gpus),
+            *self._options(limit, output, array_dir, gpus, nodes),
             f"--array=0-{len(tasks) - 1}{throttle}",
         ]
         submitted = time.time()
         job = self._submit([*argv, str(script)])
         left = set(range(len(tasks)))
         deadline = limit_seconds(limit) + MARGIN_S
-        watches = [Watch(t.outcome_file, deadline) for t in tasks]
+        watches = [Watch(t.outcome_file, deadline, t.plan.nodes) for t in tasks]
         try:
             while left:
                 if self._stopping.is_set():
@@ -349,11 +361,11 @@ class SlurmBackend:
 
     def _stage(self, prepared: Prepared, request: LaunchRequest) -> Task:
         """The launch's plan on disk in its run folder, no outcome left from before."""
-        plan = self.venv.plan(prepared, request)
+        plan = replace(self.venv.plan(prepared, request), nodes=self.nodes_for(request))
         plan.log_dir.mkdir(parents=True, exist_ok=True)
         task = Task(plan, request, plan.log_dir / detached.PLAN_NAME,
                      plan.log_dir / detached.OUTCOME_NAME)  # fmt: skip
-        task.outcome_file.unlink(missing_ok=True)
+        slurm_nodes.clear(plan.log_dir, plan.nodes)
         detached.write_plan(plan, task.plan_file)
         return task
 
@@ -432,11 +444,11 @@ class SlurmBackend:
             return {"JobState": "GONE"}
         return found
 
-    def _wait(self, job: str, outcome_file: Path, limit: str) -> dict[str, str]:
+    def _wait(self, job: str, outcome_file: Path, limit: str, nodes: int) -> dict[str, str]:
         """Poll until the job ends, or until its watch gives up on it (a finished launch
         Slurm has not ended, a lost node, a launch still running well past its time
         limit): the fields to read it back from."""
-        watch = Watch(outcome_file, limit_seconds(limit) + MARGIN_S)
+        watch = Watch(outcome_file, limit_seconds(limit) + MARGIN_S, nodes)
         while True:
             if self._stopping.is_set():
                 raise KeyboardInterrupt  # cancel_all: the except of `launch` scancels it

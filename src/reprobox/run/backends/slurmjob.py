@@ -26,15 +26,16 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from reprobox.core.errors import ExitCode, LaunchError, LaunchTimeout, ReproboxError
 from reprobox.core.files import atomic_write
 from reprobox.core.judge import Launched
+from reprobox.run import multinode
 from reprobox.run.backend import LaunchRequest
-from reprobox.run.backends import detached
+from reprobox.run.backends import detached, slurm_nodes
 from reprobox.run.launcher import LaunchPlan
 
 JOB_FILE = "slurm.json"  # per launch: job id, state, exit code and its timings
@@ -48,6 +49,9 @@ ENDED = frozenset(
      "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT"}
 )  # fmt: skip
 ON_NODE = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "CONFIGURING"})
+# Ends that Slurm explains better than any outcome (a launch over nodes too).
+_SLURM_SAYS = frozenset({"NODE_LOST", "TIMEOUT", "NODE_FAIL", "CANCELLED", "PREEMPTED",
+                         "OUT_OF_MEMORY"})  # fmt: skip
 LOST = "NODE_LOST"  # the watch's own state for a job whose node stopped answering
 _FIELD = re.compile(r"(\S+?)=(\S*)")
 
@@ -109,6 +113,13 @@ class Task:
     outcome_file: Path
 
 
+def task_argv(task: Task) -> list[str]:
+    """A launch's command in its batch script: the runner, or srun over its nodes."""
+    if task.plan.nodes > 1:
+        return slurm_nodes.batch_argv(task.plan_file)
+    return runner_argv(task.plan_file, task.outcome_file)
+
+
 def array_script(tasks: Sequence[Task]) -> str:
     """The array's batch script: task i goes to launch i's run folder and runs its plan with
     the harness's own launcher there (its output in that folder too)."""
@@ -118,7 +129,7 @@ def array_script(tasks: Sequence[Task]) -> str:
         'case "$SLURM_ARRAY_TASK_ID" in',
     ]
     for index, task in enumerate(tasks):
-        runner = shlex.join(runner_argv(task.plan_file, task.outcome_file))
+        runner = shlex.join(task_argv(task))
         where = shlex.quote(str(task.request.lead.run_dir))
         lines.append(f"  {index}) cd {where} && exec {runner} ;;")
     lines += [
@@ -138,19 +149,23 @@ def finished(data: dict[str, Any] | None) -> bool:
 
 @dataclass
 class Watch:
-    """What the harness has seen of one job (or array task) while Slurm says it runs."""
+    """What the harness has seen of one job (or array task) while Slurm says it runs: of
+    each of its nodes' runners (one, or N for a launch over nodes: `slurm_nodes`)."""
 
-    outcome_file: Path
+    outcome_file: Path  # node 0's; node K's is in its node folder
     deadline_s: float  # running this long (the time limit plus a margin): the harness's kill
+    nodes: int = 1
     running_since: float | None = None
-    beat: str | None = None
-    beat_at: float | None = None  # when the beat last changed (this host's monotonic clock)
-    outcome_at: float | None = None  # when a finished (or stopped) outcome was first seen
+    beats: dict[int, str] = field(default_factory=dict)
+    beat_at: dict[int, float] = field(default_factory=dict)  # when each node's beat changed
+    outcome_at: dict[int, float] = field(default_factory=dict)  # when each outcome was seen
+    node_list: str = ""  # the job's nodes when first seen running
+    srun_at: float | None = None  # when srun's end (a launch over nodes) was first seen
 
     def check(self, state: dict[str, str], now: float | None = None) -> dict[str, str] | None:
         """None to keep waiting, else the fields to read the job back from: Slurm's end
         state, or its last state with the watch's word (`outcome_first`, `harness_kill`,
-        or JobState NODE_LOST with `lost` saying why)."""
+        or JobState NODE_LOST with `lost` saying why and NodeList naming the node)."""
         now = time.monotonic() if now is None else now
         name = state.get("JobState", "GONE")
         if name in ENDED or name == "GONE":
@@ -159,29 +174,60 @@ class Watch:
             return None  # pending, or requeued: nothing runs yet
         if self.running_since is None:
             self.running_since = now
-        beat = _read(self.outcome_file.with_name(HEARTBEAT_NAME))
-        if beat is not None and beat != self.beat:
-            self.beat, self.beat_at = beat, now
-        data = detached.read_outcome(self.outcome_file)
-        if data is not None and self.outcome_at is None:
-            self.outcome_at = now
-        node = state.get("NodeList") or "its node"
-        if data is not None and self.outcome_at is not None:
-            waited = now - self.outcome_at
-            if finished(data) and waited > OUTCOME_GRACE_S:
-                return {**state, "outcome_first": f"{waited:.0f}"}
-            if not finished(data) and waited > STOPPED_GRACE_S:
-                why = f"its launch was stopped there and Slurm has not said why in {waited:.0f}s"
-                return {**state, "JobState": LOST, "lost": why, "seen": name, "NodeList": node}
-            return None
-        if self.beat_at is not None and now - self.beat_at > LOST_AFTER_S:
-            why = f"its launch's heartbeat stopped {now - self.beat_at:.0f}s ago"
-            return {**state, "JobState": LOST, "lost": why, "seen": name, "NodeList": node}
+            self.node_list = state.get("NodeList", "")  # whole: it shrinks while completing
+        files = slurm_nodes.outcome_files(self.outcome_file.parent, self.nodes)
+        waiting: list[int] = []  # nodes whose launch has not said how it ended
+        for node, path in enumerate(files):
+            beat = _read(path.with_name(HEARTBEAT_NAME))
+            if beat is not None and beat != self.beats.get(node):
+                self.beats[node], self.beat_at[node] = beat, now
+            data = detached.read_outcome(path)
+            if data is not None:
+                self.outcome_at.setdefault(node, now)
+            if data is None or not finished(data):
+                waiting.append(node)
+
+        def lost(node: int, why: str) -> dict[str, str]:
+            where = state.get("NodeList") or "its node"
+            if self.nodes > 1:
+                named = slurm_nodes.node_name(files[node], "")
+                whole = self.node_list or where
+                where = named or slurm_nodes.nth_host(whole, node) or f"node {node} of {whole}"
+            return {**state, "JobState": LOST, "lost": why, "seen": name, "NodeList": where}
+
+        srun = slurm_nodes.srun_ended(self.outcome_file.parent) if self.nodes > 1 else None
+        if srun is not None and waiting:  # every task is gone: those without an outcome died
+            self.srun_at = self.srun_at or now
+            if now - self.srun_at > OUTCOME_GRACE_S:
+                silent = [n for n in waiting if n not in self.beat_at] or waiting
+                started = "never started" if silent[0] not in self.beat_at else "ended"
+                why = f"its task {started} and wrote no outcome (srun exited {srun})"
+                return lost(silent[0], why)
+        if not waiting:
+            waited = now - max(self.outcome_at.values())
+            return {**state, "outcome_first": f"{waited:.0f}"} if waited > OUTCOME_GRACE_S else None
+        for node in waiting:
+            if node in self.outcome_at:  # stopped there (SIGTERM), and Slurm has not said why
+                waited = now - self.outcome_at[node]
+                if waited > STOPPED_GRACE_S:
+                    why = (
+                        f"its launch was stopped there and Slurm has not said why in {waited:.0f}s"
+                    )
+                    return lost(node, why)
+            elif node in self.beat_at and now - self.beat_at[node] > LOST_AFTER_S:
+                ago = f"{now - self.beat_at[node]:.0f}s ago"
+                silent = [n for n in waiting if n not in self.beat_at and n not in self.outcome_at]
+                if silent:  # the cause: a node whose task never started (a stuck rendezvous)
+                    why = f"its task never started (no heartbeat); node {node}'s stopped {ago}"
+                    return lost(silent[0], why)
+                return lost(node, f"its launch's heartbeat stopped {ago}")
         if now - self.running_since > self.deadline_s:
-            if self.beat_at is None:
-                why = f"its launch never beat in {now - self.running_since:.0f}s of running"
-                return {**state, "JobState": LOST, "lost": why, "seen": name, "NodeList": node}
-            return {**state, "JobState": "TIMEOUT", "harness_kill": "1"}
+            for node in waiting:
+                if node not in self.beat_at and node not in self.outcome_at:
+                    why = f"its launch never beat in {now - self.running_since:.0f}s of running"
+                    return lost(node, why)
+            if any(node not in self.outcome_at for node in waiting):
+                return {**state, "JobState": "TIMEOUT", "harness_kill": "1"}
         return None
 
 
@@ -213,6 +259,13 @@ def read_back(
         started_at=data.get("started_at") if data else None,
         ended_at=data.get("ended_at") if data else None,
     )
+    if plan.nodes > 1:
+        files = slurm_nodes.outcome_files(request.lead.run_dir, plan.nodes)
+        timing.update(
+            layout=multinode.layout(plan.nodes, plan.processes),
+            nodes=[slurm_nodes.node_name(f, f"node {k} (no word)") for k, f in enumerate(files)],
+            node_logs=[str(f.parent) for f in files],
+        )
     for key in ("lost", "seen", "outcome_first", "harness_kill"):
         if key in final:
             timing[key] = final[key]
@@ -237,6 +290,8 @@ def ended(
     node = final.get("NodeList") or "its node"
     out = request.log_dir / f"slurm-{job}.out"
     where = f"; logs in {request.lead.run_dir} (Slurm's: {out.name})"
+    if plan.nodes > 1 and ("outcome_first" in final or state not in _SLURM_SAYS):
+        return slurm_nodes.launched(plan, request.lead.run_dir, job, where)
     if "outcome_first" in final and finished(data):
         assert data is not None
         return detached.launched(plan, data, request.lead.run_dir)

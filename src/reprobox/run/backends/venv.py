@@ -13,7 +13,7 @@ from reprobox.core.protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV
 from reprobox.core.settings import Settings, repro_cache
 from reprobox.core.spec import Repro
 from reprobox.envs import venvs
-from reprobox.run import devices, launcher
+from reprobox.run import devices, launcher, multinode
 from reprobox.run.backend import (
     PLAN_FILE,
     PREFLIGHT_LOG,
@@ -91,6 +91,7 @@ class VenvBackend:
             config=(request.repro.dir / spec.config) if spec.config else None,
             port=launcher.free_port(),
             registry=self.settings.cache / "runs",
+            nodes=spec.nodes,
         )
         if request.preflight is not None:
             return launcher.one_process(plan, request.preflight, PREFLIGHT_LOG)
@@ -104,14 +105,14 @@ class VenvBackend:
         plan = self.plan(prepared, request)
         names = set(launcher.child_env(plan.env)) | {launcher.RUN_ID_ENV}
         names |= {"MASTER_ADDR", "MASTER_PORT"}
-        if plan.launcher == "python" and plan.processes > 1:
+        if multinode.harness_ranks(plan.launcher, plan.processes, plan.nodes):
             names |= {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
         return sorted(names)
 
     def launch(self, prepared: Prepared, request: LaunchRequest) -> Launched:
         plan = self.plan(prepared, request)
         outcome = launcher.run(plan, echo=request.echo)
-        harness_ranks = plan.launcher == "python" and plan.processes > 1
+        harness_ranks = multinode.harness_ranks(plan.launcher, plan.processes, plan.nodes)
         if harness_ranks:
             exits = rank_exits(outcome.codes)
         else:
