@@ -296,7 +296,7 @@ def test_the_cli_never_exits_0_on_an_undecided_bisect(
     (tmp_path / "noxfile.py").write_text("")
     monkeypatch.setenv("REPROBOX_ROOT", str(tmp_path))
     monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "results"))
-    monkeypatch.setattr(cli_main, "_index", lambda args: transformers_index())
+    monkeypatch.setattr("reprobox.cli.cells.index", lambda args: transformers_index())
     monkeypatch.setattr(releases, "release_probes", lambda *args: Noisy().probes)
     args = ["bisect", "hist", "--package", "transformers", "--variant", "broken"]
     args += ["--good", "4.46.1", "--bad", "4.48.2", "--flaky"]
@@ -305,5 +305,7 @@ def test_the_cli_never_exits_0_on_an_undecided_bisect(
     assert cli_main.main([*args, "--max-runs", "300", "--log", str(tmp_path / "b.jsonl")]) == 0
     out = capsys.readouterr().out.strip().splitlines()[-1]
     assert out.startswith("first reproducing release: transformers 4.48.0 (posterior 0.99")
-    assert cli_main.main([*args, "--confidence", "1.5"]) == 2
-    assert "--confidence 1.5: want a number above 0.5 and below 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # refused as parsed: one line, exit 2
+        cli_main.main([*args, "--confidence", "1.5"])
+    assert refused.value.code == 2
+    assert "--confidence: must be between 0 and 1, not 1.5" in capsys.readouterr().err

@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from reprobox.run.launcher import LaunchPlan as Placed
 
 
-
-
 def world_size(plan: Placed) -> int:
     return plan.nodes * plan.processes
 
