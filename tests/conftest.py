@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from fakes import write_repro as write_repro  # its old home: older imports keep working
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 
@@ -59,11 +61,3 @@ def newest_records(results: Path, repro: str) -> dict[str, dict]:
         record = json.loads(path.read_text())
         found[record["label"]] = record
     return found
-
-
-def write_repro(root: Path, name: str, toml: str, script: str = "script.py") -> Path:
-    directory = root / "repros" / name
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / script).write_text("print('hi')\n")
-    (directory / "repro.toml").write_text(toml)
-    return directory
