@@ -12,6 +12,7 @@ nox -s gpu_check [-- ARGS]     a one-GPU host with its own torch: verdicts as on
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -70,9 +71,15 @@ def lock(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite: unit tests of the harness and real end-to-end runs of each repro."""
+    """The test suite: unit tests of the harness and real end-to-end runs of each repro.
+
+    On REPROBOX_TEST_WORKERS pytest-xdist workers (default 4; 0 runs in one process): most
+    end-to-end tests wait (Slurm, timeouts, signals, podman) as much as they compute, so twice
+    as many workers as this machine's 2 cores keeps both busy; tests/conftest.py groups what
+    must share one worker."""
     session.install("-e", ".[test]")
-    session.run("pytest", *session.posargs)
+    workers = os.environ.get("REPROBOX_TEST_WORKERS", "4")
+    session.run("pytest", "-n", workers, "--dist", "loadgroup", *session.posargs)
 
 
 @nox.session
