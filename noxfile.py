@@ -73,9 +73,16 @@ def lock(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite: unit tests of the harness and real end-to-end runs of each repro."""
+    """The test suite: unit tests of the harness and real end-to-end runs of each repro.
+
+    On REPROBOX_TEST_WORKERS pytest-xdist workers (default 2, this machine's cores; 0 runs in
+    one process): the Slurm, timeout and signal tests wait while another worker computes. 4
+    workers on a loaded 2-core machine pushed toy runs past their 60 s launch timeout (124),
+    so more workers than cores is not the default. tests/conftest.py groups what must share
+    one worker."""
     session.install("-e", ".[test]")
-    session.run("pytest", *session.posargs)
+    workers = os.environ.get("REPROBOX_TEST_WORKERS", "2")
+    session.run("pytest", "-n", workers, "--dist", "loadgroup", *session.posargs)
 
 
 @nox.session

@@ -8,12 +8,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from fakes import FakeIndex, repro_toml
 from reprobox.bisect.prober import Outcome, Probes, Target
 from reprobox.core import spec
-from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.core.settings import Settings
 from reprobox.envs.index import Release
@@ -21,27 +20,11 @@ from reprobox.run import pipeline
 
 R, C = Verdict.REPRODUCED, Verdict.CLEAN
 
-HIST_TOML = """\
-[repro]
-title = "a fake release history"
-upstream = "https://example.invalid/issues/1"
-script = "script.py"
-
-[launch]
-launcher = "python"
-processes = 1
-timeout = 60
-
-[env]
-python = "3.11"
-pins = ["transformers==4.47.0", "accelerate==0.23.0", "numpy==1.26.0"]
-
-[verdict]
-reproduced_if = [{ metric = "loss_gap", above = 0.0 }]
-
-[variants.broken]
-expect = "unknown"
-"""
+HIST_TOML = repro_toml(
+    title="a fake release history",
+    pins=["transformers==4.47.0", "accelerate==0.23.0", "numpy==1.26.0"],
+    metric="loss_gap",
+)
 
 # transformers, as measured upstream: the loss bug fixed in 4.46.0 (a yanked release),
 # regressed in 4.47.0, patched in 4.47.1, back in 4.48.0, fixed for good in 4.48.1.
@@ -52,19 +35,6 @@ TRANSFORMERS = [
     ("4.48.2", C), ("4.48.3", C), ("4.49.0", C),
 ]  # fmt: skip
 YANKED = {"4.46.0"}
-
-
-class FakeIndex:
-    """A PackageIndex holding given releases."""
-
-    def __init__(self, releases: Mapping[str, list[Release]]) -> None:
-        self._releases = {canonicalize_name(k): v for k, v in releases.items()}
-
-    def releases(self, package: str) -> list[Release]:
-        try:
-            return list(self._releases[canonicalize_name(package)])
-        except KeyError:
-            raise BadInput(f"no package {package!r} on the index") from None
 
 
 def transformers_index(extra: list[Release] | None = None) -> FakeIndex:

@@ -1,5 +1,9 @@
 """Shared fixtures: the real checkout, a scratch checkout holding the toy repro, and a way
-to run the `reprobox` command as a user would (a subprocess, exit code and all)."""
+to run the `reprobox` command as a user would (a subprocess, exit code and all).
+
+`make test` runs the suite on several pytest-xdist workers with `--dist loadgroup`; the
+collection hook below keeps together what must not be split or run twice at once (see
+`xdist_group_of`)."""
 
 from __future__ import annotations
 
@@ -12,8 +16,48 @@ from pathlib import Path
 
 import pytest
 
+from fakes import write_repro as write_repro  # its old home: older imports keep working
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
+
+
+TIERS = ("slow", "e2e")  # scheduled first, in this order: the longest tests start earliest
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The worker group an item must share, or None to let any worker take it.
+
+    Container tests share one group: they build and remove images and containers that one
+    engine holds for the whole machine. A test using a module- or session-scoped fixture that
+    its own module defines (a Slurm cluster, a built git history, a host venv) runs beside the
+    rest of its module, so that fixture is built once and never twice at the same time."""
+    if item.get_closest_marker("container") is not None:
+        return "container"
+    module = item.nodeid.split("::", 1)[0]
+    fixtureinfo = getattr(item, "_fixtureinfo", None)
+    for defs in fixtureinfo.name2fixturedefs.values() if fixtureinfo else ():
+        if any(d.scope in ("module", "session") and d.baseid == module for d in defs):
+            return module
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist: give every item its group, and start the slow and end-to-end tests first
+    so that no long test is left to run alone at the end. A plain run keeps file order."""
+    if getattr(config.option, "dist", "no") == "no":
+        return
+    for item in items:
+        group = xdist_group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+    def tier(item: pytest.Item) -> int:
+        marked = [i for i, name in enumerate(TIERS) if item.get_closest_marker(name)]
+        return marked[0] if marked else len(TIERS)
+
+    items.sort(key=tier)
 
 
 @pytest.fixture
@@ -59,11 +103,3 @@ def newest_records(results: Path, repro: str) -> dict[str, dict]:
         record = json.loads(path.read_text())
         found[record["label"]] = record
     return found
-
-
-def write_repro(root: Path, name: str, toml: str, script: str = "script.py") -> Path:
-    directory = root / "repros" / name
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / script).write_text("print('hi')\n")
-    (directory / "repro.toml").write_text(toml)
-    return directory

@@ -21,32 +21,21 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import write_repro
+from fakes import repro_toml, write_repro
 from reprobox.run.backends import container as images
 
 pytestmark = [pytest.mark.e2e, pytest.mark.container, pytest.mark.slow]
 BASE = os.environ.get("REPROBOX_BASE_IMAGE", "localhost/reprobox-base:bookworm-py3.11")
 
-SLEEPER = """\
-[repro]
-title = "a container run that never ends"
-upstream = "https://example.invalid/sleeper"
-script = "sleeper.py"
-
-[launch]
-launcher = "python"
-processes = 1
-timeout = 600
-
-[env]
-pins = ["six==1.16.0"]
-
-[verdict]
-reproduced_if = [{ metric = "level", above = 0.0 }]
-
-[variants.hang]
-expect = "clean"
-"""
+SLEEPER = repro_toml(
+    title="a container run that never ends",
+    upstream="https://example.invalid/sleeper",
+    script="sleeper.py",
+    timeout=600,
+    python=None,
+    pins=["six==1.16.0"],
+    variants={"hang": "clean"},
+)
 
 HARNESS = """\
 import sys

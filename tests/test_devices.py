@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import reprobox, write_repro
+from conftest import reprobox
+from fakes import repro_toml, write_repro
 from reprobox.core import spec
 from reprobox.core.cells import make_cell
 from reprobox.core.errors import ExitCode, ReproboxError, SpecError
@@ -17,32 +18,18 @@ from reprobox.run import devices
 from reprobox.run.backends.venv import VenvBackend
 from reprobox.run.pipeline import RunOptions, exit_code, run_cells
 
-GPU_REPRO = """
-[repro]
-title = "t"
-upstream = "https://example.invalid/1"
-script = "script.py"
-
-[launch]
-launcher = "torchrun"
-processes = 4
-timeout = 10
-
-[env]
-pins = ["torch==2.13.0"]
-
-[verdict]
-reproduced_if = [{ metric = "m", above = 0.0 }]
-
-[variants.broken]
-expect = "reproduced"
-
-[variants.solo]
-expect = "reproduced"
-launch = { processes = 1 }
-
-[platforms.gpu]
-"""
+GPU_REPRO = repro_toml(
+    title="t",
+    upstream="https://example.invalid/1",
+    launcher="torchrun",
+    processes=4,
+    timeout=10,
+    python=None,
+    metric="m",
+    variants={"broken": "reproduced", "solo": "reproduced"},
+    variant_extra={"solo": "launch = { processes = 1 }\n"},
+    extra="\n[platforms.gpu]\n",
+)
 
 
 def test_kl_needs_a_gpu_per_rank_and_its_1gpu_variant_one(root: Path) -> None:

@@ -15,6 +15,7 @@ import yaml
 from packaging.version import Version
 from test_report import fake_repro, save_record
 
+from fakes import FakeIndex
 from reprobox.cli import scaleout as scaleout_cli
 from reprobox.core import spec
 from reprobox.core.errors import BadInput
@@ -392,22 +393,20 @@ def test_ci_matrix_command(ppo_root: Path, tmp_path: Path, capsys: pytest.Captur
         args.handler(args)
 
 
-class _FakeIndex:
-    @classmethod
-    def from_settings(cls, settings: object) -> _FakeIndex:
-        return cls()
-
-    def releases(self, package: str) -> list[Release]:
-        return [
+TRL = FakeIndex(
+    {
+        "trl": [
             Release(Version("0.7.1")),
             Release(Version("0.9.0"), yanked=True),
             Release(Version("0.8.0")),
             Release(Version("0.10.0rc1")),
         ]
+    }
+)
 
 
 def test_newest_release(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    monkeypatch.setattr("reprobox.envs.index.SimpleIndex", _FakeIndex)
+    monkeypatch.setattr("reprobox.envs.index.SimpleIndex", TRL)
     args = _parse("newest", "trl")
     assert args.handler(args) == 0
     assert capsys.readouterr().out == "0.8.0\n"

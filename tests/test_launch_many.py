@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from test_pipeline import FakeBackend
 
 from conftest import FIXTURES
+from fakes import FakeBackend
 from reprobox.core import spec
 from reprobox.core.cells import make_cell
 from reprobox.core.errors import LaunchError, LaunchTimeout, ReproboxError

@@ -44,7 +44,7 @@ def test_lm_head_matrix_covers_families_and_versions(root: Path) -> None:
 def test_version_range_uses_the_injected_release_list(scratch_root: Path) -> None:
     from test_spec import GOOD
 
-    from conftest import write_repro
+    from fakes import write_repro
 
     write_repro(scratch_root, "x", GOOD.replace('pins = ["torch==2.13.0"]',
         'pins = ["torch==2.13.0", "trl==0.7.1"]') + '[matrix]\nvariants = ["broken"]\n'

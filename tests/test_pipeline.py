@@ -3,72 +3,21 @@ recording, interruption) is tested here; the back ends themselves run for real e
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES
+from fakes import FakeBackend
 from reprobox.core import spec
-from reprobox.core.cells import Cell, make_cell
-from reprobox.core.errors import EnvError, ExitCode
-from reprobox.core.judge import Launched
+from reprobox.core.cells import make_cell
+from reprobox.core.errors import ExitCode
 from reprobox.core.protocol import RankExit
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
 from reprobox.run import pipeline
-from reprobox.run.backend import LaunchRequest, NoHandle, Prepared
-
-
-def _result(case_args: list[str], verdict: str, level: float) -> dict:
-    variant = case_args[case_args.index("--variant") + 1]
-    return {"schema": 1, "variant": variant, "verdict": verdict, "reason": "fake",
-            "metrics": {"level": level}}  # fmt: skip
-
-
-@dataclass
-class FakeBackend:
-    """Writes the results a script would; `script` maps a variant to (verdict, level, code
-    of every rank) and `preflight` to the preflight's exit code."""
-
-    script: dict[str, tuple[str, float, list[int]]] = field(default_factory=dict)
-    preflight: dict[str, int] = field(default_factory=dict)
-    broken_env: set[str] = field(default_factory=set)
-    interrupt_on: str | None = None
-    name: str = "fake"
-    launches: list[LaunchRequest] = field(default_factory=list)
-
-    def prepare(self, repro: Repro, cell: Cell, lock: Path) -> Prepared:
-        if cell.variant in self.broken_env:
-            raise EnvError("cannot install: fake")
-        return Prepared(key="env-1", lock=lock, lock_hash="abc", runner="fake", env_s=0.0,
-                        handle=NoHandle())  # fmt: skip
-
-    def command(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
-        return ["fake", *request.lead.args]
-
-    def env_names(self, prepared: Prepared, request: LaunchRequest) -> list[str]:
-        return ["FAKE_ONLY"]
-
-    def launch(self, prepared: Prepared, request: LaunchRequest) -> Launched:
-        self.launches.append(request)
-        variant = request.lead.cell.variant
-        if self.interrupt_on == variant and request.preflight is None:
-            raise KeyboardInterrupt
-        if request.preflight is not None:
-            code = self.preflight.get(variant, 0)
-            if code == 125:
-                out = {**_result(list(request.lead.args), "cannot_test", 0.0), "reason": "no"}
-                request.lead.result.write_text(json.dumps(out))
-            return Launched(exits=(RankExit(rank=None, code=code),), logs=request.log_dir)
-        codes: list[int] = []
-        for case in request.cases:
-            verdict, level, codes = self.script[case.cell.variant]
-            case.result.write_text(json.dumps(_result(list(case.args), verdict, level)))
-        exits = tuple(RankExit(rank=i, code=c) for i, c in enumerate(codes))
-        return Launched(exits=exits, wall_s=1.0, logs=request.lead.run_dir)
 
 
 @pytest.fixture

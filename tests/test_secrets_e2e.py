@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import reprobox
+from fakes import repro_toml
 
 pytestmark = pytest.mark.e2e
 
@@ -29,29 +30,16 @@ PLANTED = {
     "git": "gitpass" + "5511",  # --with torch@git+https://bob:gitpass5511@...
 }
 
-TOML = """\
-[repro]
-title = "a script that prints every secret it can find"
-upstream = "https://example.invalid/leaky"
-script = "leaky.py"
-
-[launch]
-launcher = "python"
-processes = 2
-timeout = 60
-pass_env = ["LEAKY_API_TOKEN"]  # as a real repro asks for HF_TOKEN
-
-[env]
-python = "3.11"
-pins = ["torch==2.13.0", "numpy<2"]
-
-[verdict]
-reproduced_if = [{ metric = "level", above = 0.0 }]
-
-[variants.broken]
-expect = "reproduced"
-args = ["--mode", "broken"]
-"""
+TOML = repro_toml(
+    title="a script that prints every secret it can find",
+    upstream="https://example.invalid/leaky",
+    script="leaky.py",
+    processes=2,
+    launch_extra='pass_env = ["LEAKY_API_TOKEN"]\n',  # as a real repro asks for HF_TOKEN
+    pins=["torch==2.13.0", "numpy<2"],
+    variants={"broken": "reproduced"},
+    variant_extra={"broken": 'args = ["--mode", "broken"]\n'},
+)
 
 HELPER = f"""\
 # A repro file holding secrets, as a careless repro might.

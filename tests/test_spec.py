@@ -6,30 +6,21 @@ from pathlib import Path
 
 import pytest
 
-from conftest import reprobox, write_repro
+from conftest import reprobox
+from fakes import repro_toml, write_repro
 from reprobox.core import spec
 from reprobox.core.errors import BadInput, ExitCode, SpecError
 
-GOOD = """
-[repro]
-title = "t"
-upstream = "https://example.invalid/1"
-script = "script.py"
-
-[launch]
-launcher = "torchrun"
-processes = 2
-timeout = 10
-
-[env]
-pins = ["torch==2.13.0"]
-
-[verdict]
-reproduced_if = [{ metric = "m", above = 0.0 }]
-
-[variants.broken]
-expect = "reproduced"
-"""
+GOOD = repro_toml(
+    title="t",
+    upstream="https://example.invalid/1",
+    launcher="torchrun",
+    processes=2,
+    timeout=10,
+    python=None,
+    metric="m",
+    variants={"broken": "reproduced"},
+)
 
 
 def test_real_repros_load(root: Path) -> None:
@@ -79,7 +70,7 @@ def test_malformed_fields_name_file_and_field(
 
 def test_invalid_toml_names_the_line(scratch_root: Path) -> None:
     write_repro(scratch_root, "x", GOOD.replace('title = "t"', "title = "))
-    with pytest.raises(SpecError, match=r"repro.toml: not valid TOML: .*line 3"):
+    with pytest.raises(SpecError, match=r"repro.toml: not valid TOML: .*line 2"):
         spec.load(scratch_root, "x")
 
 

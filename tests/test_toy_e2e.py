@@ -148,9 +148,13 @@ def test_ctrl_c_keeps_what_was_measured_and_leaves_nothing(toy_root: Path) -> No
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 240
-    while not _records(toy_root, "clean") and time.monotonic() < deadline:
+    # a record is saved as a cell launches: wait for clean's verdict and hang's launch
+    while time.monotonic() < deadline and not (
+        [r for r in _records(toy_root, "clean") if r["status"] == "match"]
+        and _records(toy_root, "hang")
+    ):
         time.sleep(0.2)
-    time.sleep(3)  # the hang cell is launched and blocking
+    time.sleep(3)  # the hang cell's ranks are blocking
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == ExitCode.INTERRUPTED

@@ -8,6 +8,7 @@ from pathlib import Path
 from bisect_fakes import R, hist_target, transformers_history, transformers_index
 from packaging.version import Version
 
+from fakes import FakeIndex
 from reprobox.bisect.releases import release_bisect, release_range
 from reprobox.envs.index import IndexAxes, Release, select, select_explained
 
@@ -78,11 +79,7 @@ def test_a_range_axis_lists_what_it_left_out_and_why() -> None:
 
 
 def test_a_range_axis_says_what_it_left_out() -> None:
-    class FakeIndex:
-        def releases(self, package: str) -> list[Release]:
-            return RELEASES
-
-    axes = IndexAxes(FakeIndex())
+    axes = IndexAxes(FakeIndex({"transformers": RELEASES}))
     assert axes("transformers", ">4.45.2") == ["4.46.1", "4.47.0"]
     assert axes.notes() == [
         "transformers: left out of the range: 4.46.0 (yanked), 4.47.0rc1 (pre-release)"
