@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from conftest import ROOT, newest_records, reprobox
-from reprobox.core.errors import ExitCode
+from reprobox.core.errors import BadInput, ExitCode
 from reprobox.run import launcher, multinode
 from reprobox.run.backends import detached, slurm_nodes, slurmjob
 
@@ -198,7 +198,7 @@ def test_each_launcher_gets_its_nodes_share(tmp_path: Path) -> None:
 
 
 def test_a_plan_over_nodes_off_slurm_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(multinode.BadInput, match=r"nodes = 2 spans nodes: run it with --backend"):
+    with pytest.raises(BadInput, match=r"nodes = 2 spans nodes: run it with --backend"):
         launcher.run(_plan(tmp_path, "python", nodes=2))
 
 

@@ -121,16 +121,14 @@ def test_a_bad_env_value_is_one_line_naming_the_variable(
     ]
 
 
-def test_the_inert_options_parse_as_specified() -> None:
-    """--flaky, --confidence, --max-runs, --nodes and --repeats, for the commands that will
-    take them."""
-    parser = _parser_with("flaky", "confidence", "max_runs", "repeats")
+def test_the_flaky_options_parse_as_specified() -> None:
+    """--flaky [BOOL] (None: the repro's declaration decides), --confidence, --max-runs."""
+    parser = _parser_with("flaky", "confidence", "max_runs")
     args = parser.parse_args([])
-    assert (args.flaky, args.confidence, args.max_runs, args.repeats) == (False, 0.99, None, None)
-    args = parser.parse_args(["--flaky", "--confidence", "0.9", "--max-runs", "40",
-                              "--repeats", "auto"])  # fmt: skip
-    assert (args.flaky, args.confidence, args.max_runs, args.repeats) == (True, 0.9, 40, "auto")
-    assert parser.parse_args(["--repeats", "5"]).repeats == 5
+    assert (args.flaky, args.confidence, args.max_runs) == (None, 0.99, 300)
+    args = parser.parse_args(["--flaky", "--confidence", "0.9", "--max-runs", "40"])
+    assert (args.flaky, args.confidence, args.max_runs) == (True, 0.9, 40)
+    assert parser.parse_args(["--flaky", "false"]).flaky is False
 
 
 def test_help_shows_env_variables(scratch_root: Path) -> None:

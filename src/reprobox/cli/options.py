@@ -70,11 +70,6 @@ def probability(text: str) -> float:
     return value
 
 
-def repeats(text: str) -> int | str:
-    """How many launches a noisy verdict takes: a count, or `auto` (until it is decided)."""
-    return "auto" if text.strip().lower() == "auto" else positive_int(text)
-
-
 def boolean(text: str) -> bool:
     value = text.strip().lower()
     if value in ("true", "yes", "1", "on"):
@@ -315,14 +310,6 @@ OPTIONS: dict[str, Option] = {
             default=300,
             type=positive_int,
             metavar="N",
-        ),
-        Option(
-            "repeats",
-            ("--repeats",),
-            "launches per verdict, or auto: until a noisy "
-            "verdict is decided (default: repro.toml's)",
-            type=repeats,
-            metavar="N|auto",
         ),
         # ---- images
         Option(
