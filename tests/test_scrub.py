@@ -200,6 +200,11 @@ def test_what_only_looks_like_the_new_shapes_stays(harmless: str) -> None:
         ("mysql -u root -pS3cretMysql9 shop", "mysql -u root -p[REDACTED] shop"),
         ("password is required", "password is required"),
         ("ssh -p22 host; mkdir -pv out; docker run -p8080:80 x", None),
+        ("deploy -pS3cret!x9 now", "deploy -p[REDACTED] now"),
+        # code in a repro's script is never a credential: redacting it breaks the script
+        ('"signed_kl_negative_mean": -pooled["mean"],', None),
+        ("x = -pooled.mean() + -pairs[i]", None),
+        ("y = -p_value_2 * 2 - -pooled.mean", None),
     ],
 )
 def test_password_words_and_glued_dash_p(text: str, kept: str | None) -> None:

@@ -56,9 +56,15 @@ _PASSWORD_WORD = re.compile(
     r"[^\s'\"]+"
 )
 # mysql's `-pSECRET` (the value glued to -p): anywhere on a mysql-family line, and elsewhere
-# when the glued value looks like a credential (not `-p22`, `-p8080:80`, `mkdir -pv`).
+# when the glued value looks like a credential (not `-p22`, `-p8080:80`, `mkdir -pv`) and is
+# a whole shell word with punctuation in it, never code: `-pooled["mean"]`, `-pooled.mean`
+# or `-p_value_2` in a repro's script is an expression, and redacting it would break the
+# script a maintainer runs.
 _MYSQL_P = re.compile(r"(?i)(\b(?:mysql\w*|mariadb\w*)\b[^\n]*?(?<!\S)-p)[^\s'\"]+")
-_GLUED_P = re.compile(r"(?<!\S)(-p)(?=[^\s'\"]{6,})(?=\S*[A-Za-z])(?=\S*[^A-Za-z\s])[^\s'\"]+")
+_GLUED_P = re.compile(
+    r"(?<!\S)(-p)(?=[^\s'\"]{6,})(?=\S*[A-Za-z])(?=\S*[^\w\s])"
+    r"(?![^\s'\"]*(?:[()\[\]{}]|\.[A-Za-z_]))[^\s'\"]+(?=$|\s|['\"](?:$|\s))"
+)
 # Azure connection strings (AccountKey=...;) and SAS signatures (...&sig=...).
 _AZURE = re.compile(
     r"\b((?:AccountKey|SharedAccessKey|SharedAccessSignature)=|[?&]sig=)[^;&\s'\"]+", re.I
