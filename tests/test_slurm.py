@@ -365,6 +365,20 @@ def test_a_partition_that_does_not_exist(cluster: Path, toy_root: Path, cells: l
 
 
 @pytest.mark.e2e
+def test_a_variant_with_a_preflight_runs_through_slurm(cluster: Path, toy_root: Path) -> None:
+    """The preflight's own launch (its Slurm output in the run folder's preflight/) and then
+    the launch: main gave 'ended FAILED (ExitCode 0:53)', as sbatch's output folder was
+    never made."""
+    done = reprobox("run", "toy", "--variant", "preflight_ok", "--variant", "early",
+                    "--backend", "slurm")  # fmt: skip
+    assert done.returncode == ExitCode.OK, done.stderr
+    records = newest_records(toy_root / "results", "toy")
+    assert {k: r["verdict"] for k, r in records.items()} == {
+        "preflight_ok": "clean", "early": "cannot_test"}  # fmt: skip
+    assert list((Path(records["preflight_ok"]["dir"]) / "preflight").glob("slurm-*.out"))
+
+
+@pytest.mark.e2e
 def test_a_matrix_through_slurm_gives_the_local_answer(cluster: Path, toy_root: Path) -> None:
     on_slurm = reprobox("run", "toy", "--matrix", "--backend", "slurm", "--workers", "2")
     assert on_slurm.returncode == 0, on_slurm.stderr

@@ -363,6 +363,7 @@ class SlurmBackend:
         """The launch's plan on disk in its run folder, no outcome left from before."""
         plan = replace(self.venv.plan(prepared, request), nodes=self.nodes_for(request))
         plan.log_dir.mkdir(parents=True, exist_ok=True)
+        request.log_dir.mkdir(parents=True, exist_ok=True)  # Slurm's own output (a preflight's)
         task = Task(plan, request, plan.log_dir / detached.PLAN_NAME,
                      plan.log_dir / detached.OUTCOME_NAME)  # fmt: skip
         slurm_nodes.clear(plan.log_dir, plan.nodes)
