@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,59 +16,27 @@ from pathlib import Path
 
 import psutil
 import pytest
+from slurm_fixture import errors as _errors
+from slurm_fixture import left_behind as _left_behind
+from slurm_fixture import queued as _queued
+from slurm_fixture import running_cluster
+from slurm_fixture import scontrol as _scontrol
+from slurm_fixture import wait_for as _wait_for
 
-from conftest import ROOT, newest_records, reprobox
+from conftest import newest_records, reprobox
 from reprobox.core.errors import BadInput, ExitCode
 from reprobox.run import launcher, multinode
 from reprobox.run.backends import detached, slurm_nodes, slurmjob
 
-CLUSTER = ROOT / "scripts" / "slurm-cluster.sh"
 NODES = ("n1", "n2")
-
-
-def _free_ports(count: int) -> int:
-    """A port p with p .. p+count-1 free (slurmctld, then one slurmd per node)."""
-    import socket
-
-    for _ in range(50):
-        port = launcher.free_port()
-        try:
-            for k in range(1, count):
-                with socket.socket() as other:
-                    other.bind(("127.0.0.1", port + k))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free run of ports")
 
 
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A 2-node cluster for this module; SLURM_CONF points at it while its tests run."""
-    missing = [t for t in ("munged", "slurmctld", "slurmd", "srun") if not shutil.which(t)]
-    why = ""
-    if missing:
-        why = f"{', '.join(missing)} missing: install slurm-wlm and munge (scripts/setup-system.sh)"
-    elif os.geteuid() != 0:
-        why = "the test cluster's daemons run as root: run the Slurm tests as root"
-    if why:
-        if os.environ.get("REPROBOX_SKIP_SLURM") == "1":
-            pytest.skip(f"REPROBOX_SKIP_SLURM=1: {why}")
-        pytest.fail(f"{why} (or set REPROBOX_SKIP_SLURM=1 to leave the Slurm tests out)")
     where = tmp_path_factory.mktemp("slurm2")
-    env = {**os.environ, "REPROBOX_SLURM_PORT": str(_free_ports(3)), "REPROBOX_SLURM_NODES": "2"}
-    started = subprocess.run(
-        ["bash", str(CLUSTER), "start", str(where)], capture_output=True, text=True, env=env
-    )
-    if started.returncode != 0:
-        pytest.fail(f"the 2-node test cluster did not start: {started.stderr.strip()}")
-    conf = started.stdout.strip().splitlines()[-1].split("=", 1)[1]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SLURM_CONF", conf)
-        try:
-            yield where
-        finally:
-            subprocess.run(["bash", str(CLUSTER), "stop", str(where)], check=False)
+    with running_cluster(where, nodes=2):
+        yield where
     assert not (where / "pids").exists()
 
 
@@ -80,36 +47,6 @@ def cluster(two_nodes: Path) -> Iterator[Path]:
     for node in NODES:
         _scontrol("update", f"nodename={node}", "state=resume")
     assert _queued() == [], "a test left jobs in the queue"
-
-
-def _scontrol(*args: str) -> str:
-    proc = subprocess.run(["scontrol", *args], capture_output=True, text=True)
-    return proc.stdout + proc.stderr
-
-
-def _queued() -> list[str]:
-    out = subprocess.run(["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if line.strip()]
-
-
-def _errors(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("reprobox: error:")]
-
-
-def _wait_for(check, seconds: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
-def _left_behind(root: Path) -> list[str]:
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        line = " ".join(proc.info["cmdline"] or [])
-        if str(root) in line and proc.pid != os.getpid():
-            found.append(f"{proc.pid} {line}")
-    return found
 
 
 def _job(record: dict) -> dict:

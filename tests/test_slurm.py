@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -19,8 +18,14 @@ from pathlib import Path
 
 import psutil
 import pytest
+from slurm_fixture import errors as _errors
+from slurm_fixture import left_behind as _left_behind
+from slurm_fixture import queued as _queued
+from slurm_fixture import running_cluster
+from slurm_fixture import scontrol as _scontrol
+from slurm_fixture import wait_for as _wait_for
 
-from conftest import ROOT, newest_records, reprobox
+from conftest import newest_records, reprobox
 from reprobox.core.errors import ExitCode, LaunchError
 from reprobox.core.judge import Launched
 from reprobox.core.settings import Settings
@@ -28,50 +33,15 @@ from reprobox.run import launcher
 from reprobox.run.backend import Case, LaunchRequest
 from reprobox.run.backends import detached, slurm, slurmjob
 
-CLUSTER = ROOT / "scripts" / "slurm-cluster.sh"
 NODE = socket.gethostname().split(".")[0]
-
-
-def _free_port_pair() -> int:
-    """A port p with p and p+1 free (slurmctld and slurmd), so clusters never collide."""
-    for _ in range(50):
-        port = launcher.free_port()
-        with socket.socket() as second:
-            try:
-                second.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free pair of ports")
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A running cluster for the session; SLURM_CONF points at it while the tests run."""
-    missing = [t for t in ("munged", "slurmctld", "slurmd", "sbatch") if not shutil.which(t)]
-    why = ""
-    if missing:
-        why = f"{', '.join(missing)} missing: install slurm-wlm and munge (scripts/setup-system.sh)"
-    elif os.geteuid() != 0:
-        why = "the test cluster's daemons run as root: run the Slurm tests as root"
-    if why:
-        if os.environ.get("REPROBOX_SKIP_SLURM") == "1":
-            pytest.skip(f"REPROBOX_SKIP_SLURM=1: {why}")
-        pytest.fail(f"{why} (or set REPROBOX_SKIP_SLURM=1 to leave the Slurm tests out)")
     where = tmp_path_factory.mktemp("slurm")
-    env = {**os.environ, "REPROBOX_SLURM_PORT": str(_free_port_pair())}
-    started = subprocess.run(
-        ["bash", str(CLUSTER), "start", str(where)], capture_output=True, text=True, env=env
-    )
-    if started.returncode != 0:
-        pytest.fail(f"the test cluster did not start: {started.stderr.strip()}")
-    conf = started.stdout.strip().splitlines()[-1].split("=", 1)[1]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SLURM_CONF", conf)
-        try:
-            yield where
-        finally:
-            subprocess.run(["bash", str(CLUSTER), "stop", str(where)], check=False)
+    with running_cluster(where, nodes=1):
+        yield where
     for name in ("slurmd", "slurmctld", "munged"):
         assert f"{name} " not in (where / "pids").read_text() if (where / "pids").exists() else True
 
@@ -84,42 +54,11 @@ def cluster(slurm_cluster: Path) -> Iterator[Path]:
     assert _queued() == [], "a test left jobs in the queue"
 
 
-def _scontrol(*args: str) -> str:
-    proc = subprocess.run(["scontrol", *args], capture_output=True, text=True)
-    return proc.stdout + proc.stderr
-
-
-def _queued() -> list[str]:
-    out = subprocess.run(["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if line.strip()]
-
-
-def _errors(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("reprobox: error:")]
-
-
-def _left_behind(root: Path) -> list[str]:
-    """Processes whose command line names the checkout under test (runners, ranks)."""
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        line = " ".join(proc.info["cmdline"] or [])
-        if str(root) in line and proc.pid != os.getpid():
-            found.append(f"{proc.pid} {line}")
-    return found
-
-
 def _jobs(records: dict[str, dict]) -> dict[str, dict]:
     return {
         label: json.loads((Path(r["dir"]) / slurmjob.JOB_FILE).read_text())
         for label, r in records.items()
     }
-
-
-def _wait_for(check, seconds: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 # -- pure parts (no cluster) ---------------------------------------------------------------

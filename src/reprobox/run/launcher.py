@@ -39,6 +39,7 @@ from reprobox.core import environ
 from reprobox.core.errors import LaunchError
 from reprobox.core.scrub import Scrubber
 from reprobox.core.spec import check_timeout
+from reprobox.core.spec_rules import refuse_nodes
 from reprobox.run import interrupts, multinode, watchdog
 from reprobox.run.guard import (
     PR_SET_CHILD_SUBREAPER,
@@ -149,7 +150,7 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
     (KeyboardInterrupt, `Terminated`) kills it all and propagates."""
     check_timeout(plan.timeout, "launch timeout")
     if not plan.master_addr:
-        multinode.refuse_nodes(plan.nodes)  # placed on no node: a single-machine back end
+        refuse_nodes(plan.nodes)  # placed on no node: a single-machine back end
     plan.log_dir.mkdir(parents=True, exist_ok=True)
     if plan.registry is not None:
         sweep_stale_runs(plan.registry)

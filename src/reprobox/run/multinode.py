@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from reprobox.core.spec_rules import refuse_nodes as refuse_nodes  # for the launcher
-
 if TYPE_CHECKING:
     from reprobox.run.launcher import LaunchPlan as Placed
 
