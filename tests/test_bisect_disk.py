@@ -27,6 +27,8 @@ from reprobox.bisect.releases import release_bisect
 from reprobox.bisect.summary import BisectSummary, ProbeEntry, runs_dir, summary_file
 from reprobox.bisect.sweep import sweep
 from reprobox.core.cells import make_cell
+from reprobox.core.judge import Status
+from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.envs import locks
 from reprobox.envs.index import Release
@@ -181,7 +183,7 @@ def test_a_sweep_says_when_a_verdict_on_disk_disagrees(tmp_path: Path) -> None:
     store = RecordStore(target.results)
     cell = make_cell(target.repro, "broken", {"transformers": "4.48.0"})
     record = Record.for_cell(cell, store.new_run_dir("hist", cell.slug))
-    record.status, record.verdict = "recorded", "clean"  # a matrix run saw 4.48.0 clean
+    record.status, record.verdict = Status.RECORDED, Verdict.CLEAN  # a matrix run saw 4.48.0 clean
     record.save()
     swept = sweep(
         target, "transformers", ">=4.47.0,<=4.49.0", transformers_index(),

@@ -15,6 +15,7 @@ import pytest
 
 from reprobox.cli import report as report_cli
 from reprobox.core.errors import BadInput
+from reprobox.core.judge import Status
 from reprobox.core.records import Record, RecordStore
 from reprobox.report import build as report
 from reprobox.report import plots
@@ -329,7 +330,7 @@ SIGNED_MEASUREMENT = {
 def _recorded(root: Path, measurement: object) -> Record:
     """A cell expected `unknown` that recorded a measurement (status recorded, not judged)."""
     record = save_record(root, "signed", "clean", expect="unknown", reason="noise, z = +0.53")
-    record.status = "recorded"
+    record.status = Status.RECORDED
     record.metrics = {"signed_kl_negative_z": 0.0, "signed_kl_z": 0.533, "signed_kl_n": 8192.0}
     record.result = {**record.result, "metrics": record.metrics, "measurement": measurement}
     record.save()

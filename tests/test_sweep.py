@@ -15,6 +15,8 @@ from reprobox.bisect.releases import release_bisect
 from reprobox.bisect.summary import SUMMARY_FILE, read_summary
 from reprobox.bisect.sweep import affected_ranges, events_line, sweep
 from reprobox.core.cells import make_cell
+from reprobox.core.judge import Status
+from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 
 
@@ -68,7 +70,7 @@ def _save_record(root: Path, version: str, verdict: str) -> None:
     cell = make_cell(target.repro, "broken", {"transformers": version})
     run_dir = store.new_run_dir("hist", cell.slug)
     record = Record.for_cell(cell, run_dir)
-    record.status, record.verdict = "recorded", verdict
+    record.status, record.verdict = Status.RECORDED, Verdict(verdict)
     record.save()
 
 

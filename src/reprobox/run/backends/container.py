@@ -177,6 +177,9 @@ class ContainerBackend:
                 proc.wait()
                 raise
             finally:
+                # `--rm` is podman's own clean-up, which can end after `podman run` has
+                # returned (CI saw the container listed after the run): remove it here too.
+                self.engine.remove(name)
                 guard.done()
         if request.preflight is not None and (request.log_dir / RESULT_FILE).is_file():
             # The preflight's /out is its own folder; its result is the cell's.
