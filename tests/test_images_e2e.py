@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,10 +53,17 @@ def _image_args() -> list[str]:
     return args
 
 
-def _containers(engine: images.Engine) -> list[str]:
-    listed = subprocess.run([engine.name, "ps", "-a", "--format", "{{.Names}}"],
-                            capture_output=True, text=True, check=True)  # fmt: skip
-    return [n for n in listed.stdout.split() if n.startswith("reprobox-")]
+def _containers(engine: images.Engine, settle_s: float = 15.0) -> list[str]:
+    """The harness's containers still listed once the engine's own clean-up (a separate
+    process for `--rm`) has had `settle_s` to finish: what is left then was left behind."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        listed = subprocess.run([engine.name, "ps", "-a", "--format", "{{.Names}}"],
+                                capture_output=True, text=True, check=True)  # fmt: skip
+        names = [n for n in listed.stdout.split() if n.startswith("reprobox-")]
+        if not names or time.monotonic() > deadline:
+            return names
+        time.sleep(0.5)
 
 
 def _venv_then_image(
