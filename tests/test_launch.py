@@ -327,18 +327,25 @@ def test_the_next_launch_sweeps_runs_whose_harness_died(
     me = psutil.Process()
     live = {"run_id": "live" + token[-8:], "harness": me.pid, "started": me.create_time()}
     (runs / f"{live['run_id']}.json").write_text(json.dumps(live))
+    # another node's entry (a cache on a shared file system): its harness's pid means
+    # nothing here, and its run's processes here are a multi-node launch's ranks
+    elsewhere = {**stale, "run_id": "node" + token[-8:], "host": "another-node"}
+    (runs / f"{elsewhere['run_id']}@another-node.json").write_text(json.dumps(elsewhere))
     (runs / "torn.json").write_text('{"run_id": ')
     sleep = [sys.executable, "-c", "import time; time.sleep(300)"]
     orphans = [
         subprocess.Popen([*sleep, token], env={**os.environ, launch.RUN_ID_ENV: run["run_id"]})
-        for run in (stale, live)
+        for run in (stale, live, elsewhere)
     ]
     try:
         outcome = launch.run(_plan(tmp_path, bin_dir, "print('hi')", registry=runs))
         assert outcome.returncode == 0
         assert orphans[0].wait(timeout=5) == -signal.SIGKILL  # the dead harness's: killed
         assert orphans[1].poll() is None  # a live harness's: left alone
-        assert sorted(p.name for p in runs.iterdir()) == [f"{live['run_id']}.json"]
+        assert orphans[2].poll() is None  # another host's: not this sweep's to judge
+        assert sorted(p.name for p in runs.iterdir()) == sorted(
+            [f"{live['run_id']}.json", f"{elsewhere['run_id']}@another-node.json"]
+        )
     finally:
         for orphan in orphans:
             orphan.kill()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -223,16 +224,19 @@ _PROC_CHILDREN = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
 
 
 def _register(run_id: str, registry: Path) -> Path | None:
-    """Note the run as live, owned by this process; None when the cache folder is not
-    writable (a full disk must not stop the launch: the watchdog still guards it)."""
+    """Note the run as live, owned by this process on this host; None when the cache folder
+    is not writable (a full disk must not stop the launch: the watchdog still guards it).
+
+    The entry is named by host too: a cache on a shared file system holds the entries of
+    every node, and the nodes of one multi-node launch share its run id."""
     me = psutil.Process()
-    entry = registry / f"{run_id}.json"
+    host = socket.gethostname()
+    entry = registry / f"{run_id}@{host}.json"
     tmp = entry.with_name(f".{entry.name}.tmp")
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(
-            json.dumps({"run_id": run_id, "harness": me.pid, "started": me.create_time()})
-        )
+        tmp.write_text(json.dumps({"run_id": run_id, "harness": me.pid,
+                                   "started": me.create_time(), "host": host}))  # fmt: skip
         tmp.replace(entry)
     except OSError:
         tmp.unlink(missing_ok=True)
@@ -243,18 +247,23 @@ def _register(run_id: str, registry: Path) -> Path | None:
 def sweep_stale_runs(folder: Path) -> int:
     """Kill the processes of runs whose harness is dead, and forget those runs; how many
     processes were killed. The watchdog normally does this the moment the harness dies;
-    this catches what it could not (it was killed too, or the machine was out of memory)."""
+    this catches what it could not (it was killed too, or the machine was out of memory).
+
+    Only this host's entries are judged: another node's harness is not a process here, and
+    its run's processes here (a multi-node launch) are not this sweep's to kill."""
     killed = 0
+    host = socket.gethostname()
     for entry in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
             data = json.loads(entry.read_text())
             run_id, pid, started = str(data["run_id"]), int(data["harness"]), float(data["started"])
+            owner = str(data.get("host", host))  # entries written before hosts were named
         except FileNotFoundError:
             continue  # its harness just finished
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             entry.unlink(missing_ok=True)  # not ours to read: written atomically, so junk
             continue
-        if _alive(pid, started):
+        if owner != host or _alive(pid, started):
             continue
         killed += watchdog.kill(watchdog.LaunchProcesses(run_id))
         entry.unlink(missing_ok=True)
