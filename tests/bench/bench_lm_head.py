@@ -21,6 +21,10 @@ def main() -> None:
     times = parser.parse_args().times
     results = Path(tempfile.mkdtemp(prefix="bench-lm_head-"))
     env = {"REPROBOX_RESULTS": str(results)}
+    # Both sides run with their bytecode written, as an installed reprobox (pip compiles it)
+    # and the harness's ranks do: with PYTHONDONTWRITEBYTECODE set, an editable checkout
+    # would compile every module it changed on each start, and that is not the harness's cost.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     timed([*HARNESS, "run", "lm_head"], env=env)  # warm: environment, bytecode, page cache
 
     default_variants = repeat([*HARNESS, "run", "lm_head"], times, env=env)
@@ -34,7 +38,6 @@ def main() -> None:
         "PYTHONPATH": str(ROOT / "fixes"),
         "OMP_NUM_THREADS": "1",
     }
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # as the harness launches ranks
     # Alternate the two, so drift in the machine's load hits both alike.
     pairs = [
         (timed(single, env=env), timed(record["command"], env=by_hand_env, cwd=results))
