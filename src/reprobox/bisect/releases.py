@@ -20,6 +20,7 @@ from reprobox.bisect.axes import Axis, Strategy
 from reprobox.bisect.driver import Run, drive
 from reprobox.bisect.prober import Probes, Target, pin_overrides, release_probes
 from reprobox.bisect.summary import BisectSummary, ProbeEntry
+from reprobox.core import suggest
 from reprobox.core.errors import BadInput
 from reprobox.envs.index import PackageIndex, Release, select
 
@@ -88,7 +89,11 @@ def release_axis(
     repro, platform = target.repro, target.options.platform
     name = canonicalize_name(package)
     if name not in repro.pinned_packages():
-        raise BadInput(f"{package} is not a package that {repro.name} pins")
+        known = sorted(repro.pinned_packages())
+        raise BadInput(
+            f"{package} is not a package that {repro.name} pins"
+            + suggest.hint(package, known, "it pins")
+        )
     target = pin_overrides(target, [name])  # every probe: the same commit of each source
     chosen = _range_releases(index.releases(package), package, good, bad)
     versions = [str(r.version) for r in chosen]

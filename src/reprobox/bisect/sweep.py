@@ -19,6 +19,7 @@ from reprobox.bisect.axes import Axis, Strategy
 from reprobox.bisect.driver import Run, drive
 from reprobox.bisect.prober import Probes, Target, overrides_note, pin_overrides, release_probes
 from reprobox.bisect.summary import BisectSummary, Contradiction, Event, ProbeEntry, events_line
+from reprobox.core import suggest
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.envs.index import PackageIndex, select
@@ -93,7 +94,11 @@ def sweep_axis(
     repro, platform = target.repro, target.options.platform
     name = canonicalize_name(package)
     if name not in repro.pinned_packages():
-        raise BadInput(f"{package} is not a package that {repro.name} pins")
+        known = sorted(repro.pinned_packages())
+        raise BadInput(
+            f"{package} is not a package that {repro.name} pins"
+            + suggest.hint(package, known, "it pins")
+        )
     target = pin_overrides(target, [name])  # every probe: the same commit of each source
     releases = index.releases(package)
     chosen = select(releases, specifier, include_yanked=True)

@@ -17,6 +17,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from reprobox.core import suggest
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Expectation, Verdict
 from reprobox.core.scrub import hide_url_credentials
@@ -219,7 +220,10 @@ def requested_cells(
     pinned = repro.pinned_packages()
     for package, version in packages.items():
         if canonicalize_name(package) not in pinned:
-            raise BadInput(f"--with {package}: not a package that {repro.name} pins")
+            raise BadInput(
+                f"--with {package}: not a package that {repro.name} pins"
+                + suggest.hint(package, sorted(pinned), "it pins")
+            )
         if not is_source(version):
             check_version(version, f"--with {package}")
     if matrix:
