@@ -1,4 +1,4 @@
-""""Did you mean": one rule (`core.suggest`) for an unknown repro, variant, flag and package,
+"""Did you mean: one rule (`core.suggest`) for an unknown repro, variant, flag and package,
 through the real CLI: one line, exit 2 (bad input), nothing launched."""
 
 from __future__ import annotations
