@@ -1,4 +1,4 @@
-""" "Did you mean": the one rule every unknown name goes through (a repro, a variant, a flag, a
+"""Did you mean: the one rule every unknown name goes through (a repro, a variant, a flag, a
 package of `--with` or `--package`), so each says it the same way:
 `unknown repro 'kll'; did you mean 'kl'?`.
 
