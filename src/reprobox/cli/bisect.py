@@ -5,7 +5,7 @@ with `register(subparsers)`."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reprobox.cli import cells, options, ui
 from reprobox.core import spec
@@ -13,7 +13,7 @@ from reprobox.core.errors import BadInput, ExitCode
 from reprobox.envs.index import version_range
 
 if TYPE_CHECKING:
-    from reprobox.bisect.axes import Strategy
+    from reprobox.bisect.axes import Axis, Strategy
     from reprobox.bisect.plan import PlanOutput as Plan
     from reprobox.bisect.prober import Target
     from reprobox.bisect.summary import BisectSummary
@@ -227,6 +227,7 @@ def _dry_run(
 
     if args.commits:
         raise BadInput("--dry-run plans a bisect of releases or dates, not --commits")
+    axis: Axis[Any]
     if args.by_date:
         start, end = dates.parse_dates(args.by_date)
         floats = args.float or (defaults.float or [defaults.package] if defaults else [])

@@ -38,7 +38,7 @@ class Parser(argparse.ArgumentParser):
         ending = "" if said.endswith("?") else f" (see `{self.prog} --help`)"
         self.exit(int(ExitCode.BAD_INPUT), f"reprobox: error: {said}{ending}\n")
 
-    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
         """argparse's, with "did you mean" for an unknown flag, from the flags of the
         command it was given to (argparse reports a subcommand's leftovers at the top)."""
         found, extras = self.parse_known_args(args, namespace)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from reprobox.cli import cells, options, ui
 from reprobox.core import spec
 from reprobox.core.bisect_codes import STOP as STOP  # re-exported: `cli.main` ends with it
-from reprobox.core.bisect_codes import bisect_code
+from reprobox.core.bisect_codes import bisect_code as bisect_code  # and this
 from reprobox.core.errors import BadInput, ExitCode
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
