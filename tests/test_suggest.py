@@ -37,9 +37,9 @@ def test_close_names_are_suggested_and_far_ones_listed() -> None:
         (["run", "toy", "--with", "numpyy==1.26.4"], "--with numpyy: not a package that toy "
          "pins; did you mean 'numpy'?"),
         (["sweep", "toy", "--package", "trch", "--range", "2.12.0..2.13.0"],
-         "trch is not a package that toy pins; did you mean 'torch'?"),
+         "--package trch: not a package that toy pins; did you mean 'torch'?"),
         (["bisect", "toy", "--package", "nmpy", "--good", "1.25.0", "--bad", "1.26.0"],
-         "nmpy is not a package that toy pins; did you mean 'numpy'?"),
+         "--package nmpy: not a package that toy pins; did you mean 'numpy'?"),
     ],
 )  # fmt: skip
 def test_an_unknown_name_is_one_line_with_a_suggestion(

@@ -13,14 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from reprobox.bisect.axes import Axis, Strategy
 from reprobox.bisect.driver import Run, drive
 from reprobox.bisect.prober import Probes, Target, pin_overrides, release_probes
 from reprobox.bisect.summary import BisectSummary, ProbeEntry
-from reprobox.core import suggest
 from reprobox.core.errors import BadInput
 from reprobox.envs.index import PackageIndex, Release, select
 
@@ -87,13 +85,7 @@ def release_axis(
     probe of the variant's lock with that release pinned; with the target every probe runs
     (its overrides pinned to one commit each)."""
     repro, platform = target.repro, target.options.platform
-    name = canonicalize_name(package)
-    if name not in repro.pinned_packages():
-        known = sorted(repro.pinned_packages())
-        raise BadInput(
-            f"{package} is not a package that {repro.name} pins"
-            + suggest.hint(package, known, "it pins")
-        )
+    name = repro.check_pinned(package, "--package")
     target = pin_overrides(target, [name])  # every probe: the same commit of each source
     chosen = _range_releases(index.releases(package), package, good, bad)
     versions = [str(r.version) for r in chosen]

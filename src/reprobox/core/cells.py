@@ -17,7 +17,6 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from reprobox.core import suggest
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Expectation, Verdict
 from reprobox.core.scrub import hide_url_credentials
@@ -217,13 +216,8 @@ def requested_cells(
     default variants. Package overrides must be pins of the repro, at valid versions."""
     packages, params = dict(packages or {}), dict(params or {})
     repro.platform(platform)  # an unknown platform is an error naming the known ones
-    pinned = repro.pinned_packages()
     for package, version in packages.items():
-        if canonicalize_name(package) not in pinned:
-            raise BadInput(
-                f"--with {package}: not a package that {repro.name} pins"
-                + suggest.hint(package, sorted(pinned), "it pins")
-            )
+        repro.check_pinned(package, "--with")
         if not is_source(version):
             check_version(version, f"--with {package}")
     if matrix:

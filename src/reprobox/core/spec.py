@@ -321,6 +321,18 @@ class Repro:
     def pinned_packages(self) -> set[str]:
         return {canonicalize_name(Requirement(p).name) for p in self.spec.env.pins}
 
+    def check_pinned(self, package: str, flag: str) -> str:
+        """`package`'s canonical name; BadInput naming `flag` and the closest pin when the
+        repro does not pin it (every flag that names a package: --with, --package, --float)."""
+        pinned = self.pinned_packages()
+        name = canonicalize_name(package)
+        if name not in pinned:
+            raise BadInput(
+                f"{flag} {package}: not a package that {self.name} pins"
+                + suggest.hint(package, sorted(pinned), "it pins")
+            )
+        return name
+
 
 def merge_pins(base: list[str], replacements: list[str]) -> list[str]:
     """Replace requirements of the same (canonical) package; append new ones."""
