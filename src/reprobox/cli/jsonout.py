@@ -91,8 +91,9 @@ _INTRO = """\
 With `--json`, `reprobox run`, `table`, `bisect` and `sweep` print one JSON document on stdout
 and nothing else there; progress and the one-line reason of a failure still go to stderr. The
 exit code is the one the command has without `--json` (see [cli.md](cli.md)), and is also in
-the document as `exit_code`. A bad flag or another error before the command could run prints
-no document: stdout stays empty and stderr holds the one line.
+the document as `exit_code`. A bad flag, an interrupt or another error that ends the
+command before its result prints no document: stdout stays empty, stderr holds the one line
+and the exit code says what happened.
 
 - `run --json`, `table --json`: `records` are the records exactly as each run folder's
   `record.json` holds them (`schema` is the record's own version); `table` adds `notes`, the
