@@ -62,6 +62,11 @@ def test_commands_flags_choices_and_repro_names_complete(bash_script: Path, tmp_
                     "reprobox run toy --work", "reprobox run toy --platform ",
                     "reprobox table ", "reprobox completion ")  # fmt: skip
     assert got == ["run", "toy", "toy", "--workers", "cpu gpu", "toy", "bash zsh"]
+    variants = _complete(bash_script, tmp_path, "reprobox run toy --variant cl",
+                         "reprobox bisect toy --variant ", "reprobox run --variant ")  # fmt: skip
+    assert variants[0] == "clean"
+    assert variants[1].split()[:3] == ["clean", "reproduced", "cannot"]
+    assert variants[2] == ""  # no repro named yet: nothing to offer
 
 
 def test_zsh_script_and_a_missing_shell(toy_root: Path) -> None:
