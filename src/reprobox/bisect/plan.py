@@ -62,7 +62,8 @@ class PlanOutput(BaseModel):
     search_rounds: int  # K workers: rounds of up to K probes at once (binary: = probes)
     confirm_probes: int = 0
     verify_probes: int = 0  # at most: only untried candidates on each side are probed
-    probes: int  # the total: at most, or (estimate) a stated estimate
+    probes: int  # the total: at most, or (estimate) a stated estimate; a date bisect's
+    # delta debugging of the answer day comes on top (the rule says so)
     estimate: bool = False  # True: `probes` is an estimate, not a bound
     rule: str  # how `probes` was counted, in words
 
@@ -99,7 +100,9 @@ def plan(axis: Axis[Any], strategy: Strategy, repro: str, variant: str,
         **common, strategy=kind, search_probes=search, search_rounds=rounds,
         confirm_probes=confirm, verify_probes=verify, probes=2 + search + confirm + verify,
         rule=f"2 ends + {how} + {strategy.confirm} confirm x 2 boundary probes + "
-        f"up to {per_side} verify per side; a skipped candidate adds a probe",
+        f"up to {per_side} verify per side; a skipped candidate adds a probe"
+        + ("; the answer day's package changes are then narrowed by delta debugging, "
+           "which this count leaves out" if axis.kind == "date" else ""),
     )  # fmt: skip
 
 

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from reprobox.bisect.prober import Target
     from reprobox.bisect.summary import BisectSummary
 
+_DAY = " to find the day, then a few to narrow its package changes"
+_SHOWN_ENDS = 6  # a plan's candidates shown at each end of a long range
 _SEARCH = ("package", "variant", "packages", "editables", "log", "platform", "timeout")
 
 
@@ -249,6 +251,9 @@ def _show_plan(found: Plan) -> None:
     """The plan in words, on stdout: the candidates (yanked ones marked), the ends, the
     probes it expects and how they were counted."""
     marked = [f"{c} (yanked)" if c in found.yanked else c for c in found.candidates]
+    if len(marked) > 2 * _SHOWN_ENDS + 1:  # all of them: --json
+        hidden = len(marked) - 2 * _SHOWN_ENDS
+        marked = [*marked[:_SHOWN_ENDS], f"... {hidden} more ...", *marked[-_SHOWN_ENDS:]]
     yanked = f", {len(found.yanked)} yanked" if found.yanked else ""
     noun = {"release": "releases", "date": "days"}.get(found.kind, found.kind + "s")
     bound = "about" if found.estimate else "at most"
@@ -256,7 +261,8 @@ def _show_plan(found: Plan) -> None:
         f"bisect {found.repro} --variant {found.variant} ({found.platform}): "
         f"{len(found.candidates)} {noun}{yanked}: {', '.join(marked)}",
         f"ends it checks first: {found.ends[0]} and {found.ends[1]}",
-        f"expected probes: {bound} {found.probes} ({found.strategy}; {found.rule})",
+        f"expected probes: {bound} {found.probes}{_DAY * (found.kind == 'date')} "
+        f"({found.strategy}; {found.rule})",
         "nothing launched (--dry-run)",
     ]
     for line in lines:
