@@ -79,7 +79,7 @@ def test_date_bisect_names_the_day_and_the_culprit(toy_root: Path) -> None:
     ("args", "message"),
     [
         (["--package", "accelerate", "--good", "1.0.0", "--bad", "1.1.0"],
-         "accelerate is not a package that toy pins"),
+         "--package accelerate: not a package that toy pins"),
         (["--good", "1.25.0", "--bad", "1.99.0"], "--bad numpy 1.99.0 does not exist"),
         (["--good", "1.25.0", "--bad", "1.25.0"], "the same release"),
         (["--good", "1.26.4", "--bad", "1.25.0"], "--good 1.26.4 is reproduced, not clean"),

@@ -142,7 +142,7 @@ def test_list_an_unknown_repro_is_one_line(toy_root: Path) -> None:
     assert done.returncode == ExitCode.BAD_INPUT
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
-        "reprobox: error: unknown repro 'tyo' (did you mean 'toy'?); known: toy"
+        "reprobox: error: unknown repro 'tyo'; did you mean 'toy'?"
     )
 
 

@@ -86,7 +86,7 @@ def test_matrix_axes_are_checked(scratch_root: Path) -> None:
 
 
 def test_unknown_repro_suggests_a_name(root: Path) -> None:
-    with pytest.raises(BadInput, match=r"unknown repro 'lm_heda' \(did you mean 'lm_head'\?\)"):
+    with pytest.raises(BadInput, match=r"unknown repro 'lm_heda'; did you mean 'lm_head'\?"):
         spec.load(root, "lm_heda")
 
 

@@ -65,9 +65,7 @@ def commit_bisect(
     search, say) replaces confirm, verify and workers."""
     strategy = (strategy or Strategy(confirm=confirm, verify=verify, workers=workers)).check()
     repro, platform, settings = target.repro, target.options.platform, target.settings
-    name = canonicalize_name(package)
-    if name not in repro.pinned_packages():
-        raise BadInput(f"{package} is not a package that {repro.name} pins")
+    name = repro.check_pinned(package, "--package")
     target = pin_overrides(target, [name])  # other packages' sources: one commit each
     if (good is None) != (bad is None):
         raise BadInput("give both --good and --bad, or neither (to start from a release bisect)")

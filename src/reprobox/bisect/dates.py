@@ -163,10 +163,8 @@ def date_axis(
     repro, platform = target.repro, target.options.platform
     if not floats:
         raise BadInput("a date bisect needs packages to float (--float, or [bisect] package)")
-    pinned = repro.pinned_packages()
     for name in floats:
-        if canonicalize_name(name) not in pinned:
-            raise BadInput(f"--float {name}: not a package that {repro.name} pins")
+        repro.check_pinned(name, "--float")
     floated = {str(canonicalize_name(f)) for f in floats}
     days: list[DateItem] = [start + timedelta(days=n) for n in range((end - start).days + 1)]
     target = pin_overrides(target, floated)  # every probe: the same commit of each source

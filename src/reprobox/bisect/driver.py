@@ -20,6 +20,7 @@ from reprobox.bisect import checks, posterior
 from reprobox.bisect.axes import Axis, Strategy
 from reprobox.bisect.flaky import FlakyAnswer
 from reprobox.bisect.log import ProbeLog
+from reprobox.bisect.plan import StepsLeft
 from reprobox.bisect.prober import BisectError, Prober, Target, answering, default_log
 from reprobox.bisect.search import BisectResult, ThreadRunner, bisect, multisect
 from reprobox.bisect.summary import (
@@ -83,7 +84,8 @@ def drive(
     question = BisectSummary.model_validate(axis.fields)
     with ProbeLog(path, axis.header) as log:
         probes = axis.probes_for(runs_dir(path))
-        prober = Prober(probes, log, axis.describe, tags=axis.tags, on_probe=on_probe)
+        prober = Prober(probes, log, axis.describe, tags=axis.tags,
+                        on_probe=_counting(axis, strategy, on_probe))  # fmt: skip
         run = Run(axis, target, prober, log, strategy, question)
         started = time.monotonic()
         try:
@@ -106,6 +108,21 @@ def drive(
             summary = _summarize(run)
         summary = summary.counts(prober.runs, len(axis.items), time.monotonic() - started)
         return write_summary(path, summary)
+
+
+def _counting(
+    axis: Axis[T], strategy: Strategy, on_probe: Callable[[ProbeEntry], None] | None
+) -> Callable[[ProbeEntry], None] | None:
+    """`on_probe`, each entry with the steps its search has left (`plan.StepsLeft`)."""
+    if on_probe is None:
+        return None
+    left = StepsLeft(axis.names, strategy)
+    heard = on_probe
+
+    def counted(entry: ProbeEntry) -> None:
+        heard(entry.model_copy(update={"steps_left": left.after(entry)}))
+
+    return counted
 
 
 def _map(run: Run[T]) -> None:

@@ -132,7 +132,6 @@ def pin_overrides(target: Target, searched: Iterable[str]) -> Target:
     (`check_checkouts` refuses a probe once it changes). Overriding a package the bisect
     searches is bad input: the search would never see its own versions."""
     names = {canonicalize_name(p) for p in searched}
-    repro_pins = target.repro.pinned_packages()
     pinned: dict[str, str] = {}
     commits: dict[str, str] = {}
     for package, value in target.overrides.items():
@@ -141,8 +140,7 @@ def pin_overrides(target: Target, searched: Iterable[str]) -> Target:
                 f"--with {package}: that is a package this bisect searches; override "
                 "other packages only"
             )
-        if canonicalize_name(package) not in repro_pins:
-            raise BadInput(f"--with {package}: not a package that {target.repro.name} pins")
+        target.repro.check_pinned(package, "--with")
         if git.is_git_source(value):
             url, ref = git.split_source(value)
             url = git.normalize_url(url)

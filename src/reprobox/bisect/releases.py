@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from reprobox.bisect.axes import Axis, Strategy
@@ -86,9 +85,7 @@ def release_axis(
     probe of the variant's lock with that release pinned; with the target every probe runs
     (its overrides pinned to one commit each)."""
     repro, platform = target.repro, target.options.platform
-    name = canonicalize_name(package)
-    if name not in repro.pinned_packages():
-        raise BadInput(f"{package} is not a package that {repro.name} pins")
+    name = repro.check_pinned(package, "--package")
     target = pin_overrides(target, [name])  # every probe: the same commit of each source
     chosen = _range_releases(index.releases(package), package, good, bad)
     versions = [str(r.version) for r in chosen]

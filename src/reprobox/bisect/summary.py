@@ -43,6 +43,8 @@ class ProbeEntry(BaseModel):
     same_as: str | None = None  # the item whose run this one reused
     tags: list[str] = []  # e.g. "yanked"
     resumed: bool = False  # read from the log of an earlier, interrupted run (never written)
+    # "about N steps left" after this probe (`bisect.plan.StepsLeft`; never written)
+    steps_left: int | None = Field(default=None, exclude=True)
 
     @model_validator(mode="before")
     @classmethod

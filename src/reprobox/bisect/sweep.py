@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from reprobox.bisect import checks
@@ -91,9 +90,7 @@ def sweep_axis(
 ) -> tuple[Target, Axis[str]]:
     """The releases of `package` in `specifier`, each probed once, and the map they make."""
     repro, platform = target.repro, target.options.platform
-    name = canonicalize_name(package)
-    if name not in repro.pinned_packages():
-        raise BadInput(f"{package} is not a package that {repro.name} pins")
+    name = repro.check_pinned(package, "--package")
     target = pin_overrides(target, [name])  # every probe: the same commit of each source
     releases = index.releases(package)
     chosen = select(releases, specifier, include_yanked=True)

@@ -5,7 +5,7 @@ with `register(subparsers)`."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reprobox.cli import cells, options, ui
 from reprobox.core import spec
@@ -13,9 +13,13 @@ from reprobox.core.errors import BadInput, ExitCode
 from reprobox.envs.index import version_range
 
 if TYPE_CHECKING:
-    from reprobox.bisect.axes import Strategy
+    from reprobox.bisect.axes import Axis, Strategy
+    from reprobox.bisect.plan import PlanOutput as Plan
     from reprobox.bisect.prober import Target
+    from reprobox.bisect.summary import BisectSummary
 
+_DAY = " to find the day, then a few to narrow its package changes"
+_SHOWN_ENDS = 6  # a plan's candidates shown at each end of a long range
 _SEARCH = ("package", "variant", "packages", "editables", "log", "platform", "timeout")
 
 
@@ -70,7 +74,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="with --commits: walk the first-parent history only (default true: a merged "
         "pull request is one step); false descends into a merge to the commit inside it",
     )
-    options.add(bisect, "workers", *options.BACKEND)
+    options.add(bisect, "workers", *options.BACKEND, "json")
+    bisect.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the candidates, the ends it would check and the expected number of "
+        "probes, and launch nothing (releases and dates)",
+    )
     bisect.set_defaults(handler=cmd_bisect)
 
     sweep = subparsers.add_parser(
@@ -88,7 +98,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SPEC",
         help="the releases, e.g. '>=4.44.2,<=4.49.0' or 4.44.2..4.49.0 (both ends in)",
     )
-    options.add(sweep, *_SEARCH, "workers", *options.BACKEND)
+    options.add(sweep, *_SEARCH, "workers", *options.BACKEND, "json")
     sweep.set_defaults(handler=cmd_sweep)
 
 
@@ -124,10 +134,12 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if not args.commits and (args.repo or args.tag_format or args.first_parent is not True):
         raise BadInput("--repo, --tag-format and --first-parent go with --commits")
     strategy = _strategy(args, target)
+    if args.commits and args.by_date:
+        raise BadInput("--commits and --by-date are two kinds of bisect: pick one")
+    if args.dry_run:
+        return _dry_run(args, target, defaults, strategy)
     with ui.BisectProgress(target.repro.name) as progress:
         if args.commits:
-            if args.by_date:
-                raise BadInput("--commits and --by-date are two kinds of bisect: pick one")
             package = args.package or (defaults.package if defaults else None)
             if not package:
                 raise BadInput("--package is needed (no [bisect] package)")
@@ -161,13 +173,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 strategy=strategy,
             )
         else:
-            package = args.package or (defaults.package if defaults else None)
-            good = args.good or (defaults.good if defaults else None)
-            bad = args.bad or (defaults.bad if defaults else None)
-            if not (package and good and bad):
-                raise BadInput("--package, --good and --bad are needed (no [bisect] defaults)")
-            for name, value in (("--good", good), ("--bad", bad)):
-                spec.check_version(value, name)
+            package, good, bad = _release_ends(args, defaults)
             summary = releases.release_bisect(
                 target,
                 package,
@@ -180,10 +186,87 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 on_probe=progress.probe,
                 strategy=strategy,
             )
-    ui.bisect_summary(summary)
     # Only "found" and "ambiguous" are answers; flaky, non-monotone, undecided and no-change
     # histories name no boundary.
-    return int(ExitCode.OK if summary.status in ("found", "ambiguous") else ExitCode.FAILED)
+    code = int(ExitCode.OK if summary.status in ("found", "ambiguous") else ExitCode.FAILED)
+    _say(args, summary, code)
+    return code
+
+
+def _say(args: argparse.Namespace, summary: BisectSummary, code: int) -> None:
+    """The summary: its closing lines, or with --json the document (the progress was on
+    stderr either way)."""
+    if args.json:
+        from reprobox.cli import jsonout
+
+        jsonout.search(args.command, summary, code)
+    else:
+        ui.bisect_summary(summary)
+
+
+def _release_ends(
+    args: argparse.Namespace, defaults: spec.BisectSection | None
+) -> tuple[str, str, str]:
+    """The package, good and bad release of a release bisect: the flags, else [bisect]."""
+    package = args.package or (defaults.package if defaults else None)
+    good = args.good or (defaults.good if defaults else None)
+    bad = args.bad or (defaults.bad if defaults else None)
+    if not (package and good and bad):
+        raise BadInput("--package, --good and --bad are needed (no [bisect] defaults)")
+    for name, value in (("--good", good), ("--bad", bad)):
+        spec.check_version(value, name)
+    return package, good, bad
+
+
+def _dry_run(
+    args: argparse.Namespace,
+    target: Target,
+    defaults: spec.BisectSection | None,
+    strategy: Strategy,
+) -> int:
+    """The plan of this bisect (`bisect.plan`), printed; nothing is launched, exit 0."""
+    from reprobox.bisect import dates, plan, releases
+
+    if args.commits:
+        raise BadInput("--dry-run plans a bisect of releases or dates, not --commits")
+    axis: Axis[Any]
+    if args.by_date:
+        start, end = dates.parse_dates(args.by_date)
+        floats = args.float or (defaults.float or [defaults.package] if defaults else [])
+        target, axis = dates.date_axis(target, start, end, floats, index=cells.index(args))
+    else:
+        package, good, bad = _release_ends(args, defaults)
+        target, axis = releases.release_axis(target, package, good, bad, cells.index(args))
+    found = plan.plan(axis, strategy, target.repro.name, target.variant, target.options.platform)
+    if args.json:
+        from reprobox.cli import jsonout
+
+        jsonout.plan(found)
+    else:
+        _show_plan(found)
+    return int(ExitCode.OK)
+
+
+def _show_plan(found: Plan) -> None:
+    """The plan in words, on stdout: the candidates (yanked ones marked), the ends, the
+    probes it expects and how they were counted."""
+    marked = [f"{c} (yanked)" if c in found.yanked else c for c in found.candidates]
+    if len(marked) > 2 * _SHOWN_ENDS + 1:  # all of them: --json
+        hidden = len(marked) - 2 * _SHOWN_ENDS
+        marked = [*marked[:_SHOWN_ENDS], f"... {hidden} more ...", *marked[-_SHOWN_ENDS:]]
+    yanked = f", {len(found.yanked)} yanked" if found.yanked else ""
+    noun = {"release": "releases", "date": "days"}.get(found.kind, found.kind + "s")
+    bound = "about" if found.estimate else "at most"
+    lines = [
+        f"bisect {found.repro} --variant {found.variant} ({found.platform}): "
+        f"{len(found.candidates)} {noun}{yanked}: {', '.join(marked)}",
+        f"ends it checks first: {found.ends[0]} and {found.ends[1]}",
+        f"expected probes: {bound} {found.probes}{_DAY * (found.kind == 'date')} "
+        f"({found.strategy}; {found.rule})",
+        "nothing launched (--dry-run)",
+    ]
+    for line in lines:
+        ui.out.print(line, markup=False, soft_wrap=True, highlight=False)
 
 
 def _strategy(args: argparse.Namespace, target: Target) -> Strategy:
@@ -220,5 +303,5 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             on_probe=progress.probe,
             workers=args.workers,
         )
-    ui.bisect_summary(summary)
+    _say(args, summary, int(ExitCode.OK))
     return int(ExitCode.OK)

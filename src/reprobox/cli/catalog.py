@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     table = subparsers.add_parser("table", help="the newest measured verdict of every cell on disk")
     table.add_argument("repros", nargs="*", metavar="REPRO", help="only these (default: all)")
     table.add_argument("--default", action="store_true", help="only the default cells")
-    options.add(table, "format")
+    options.add(table, "format", "json")
     table.set_defaults(handler=cmd_table)
 
 
@@ -79,4 +79,5 @@ def cmd_lock(args: argparse.Namespace) -> int:
 def cmd_table(args: argparse.Namespace) -> int:
     from reprobox.cli import table as table_cli
 
-    return table_cli.show(options.settings(args), args.repros, args.default, args.format)
+    return table_cli.show(options.settings(args), args.repros, args.default, args.format,
+                          as_json=args.json)  # fmt: skip

@@ -144,3 +144,14 @@ def conclude(records: list[Record]) -> int:
     elif failed is not None:
         ui.error(f"{failed.repro} {failed.label}: {failed.reason}")
     return int(code)
+
+
+def conclude_json(records: list[Record]) -> int:
+    """`run --json`: the commits and the failure's line on stderr as without it, then the
+    records as one JSON document (`cli.jsonout`); the same exit code."""
+    from reprobox.cli import jsonout
+
+    say_commits(records)
+    code = conclude(records)
+    jsonout.records("run", records, code)
+    return code

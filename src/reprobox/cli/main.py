@@ -18,6 +18,7 @@ from dataclasses import replace
 from reprobox.cli import bisect as bisect_cli
 from reprobox.cli import bundle as bundle_cli
 from reprobox.cli import catalog as catalog_cli
+from reprobox.cli import complete as complete_cli
 from reprobox.cli import export as export_cli
 from reprobox.cli import gpu_check as gpu_check_cli
 from reprobox.cli import options, ui
@@ -152,6 +153,7 @@ def _parser() -> argparse.ArgumentParser:
     wheelhouse_cli.register(commands)
     gpu_check_cli.register(commands)
     scaleout_cli.register(commands)
+    complete_cli.register(commands)
     return parser
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from reprobox.cli.ui import TABLE_FORMATS
-from reprobox.core import spec
+from reprobox.core import spec, suggest
 from reprobox.core.errors import BadInput, ExitCode
 from reprobox.core.settings import Settings
 
@@ -31,10 +32,38 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         said = message.removeprefix("argument ")
-        self.exit(
-            int(ExitCode.BAD_INPUT),
-            f"reprobox: error: {said} (see `{self.prog} --help`)\n",
-        )
+        chosen = _CHOICE.search(said)
+        if chosen and (found := suggest.close_match(chosen[1], _CHOICES.findall(chosen[2]))):
+            said = f"{said[: chosen.start()]}invalid choice: {chosen[1]!r}; did you mean {found!r}?"
+        ending = "" if said.endswith("?") else f" (see `{self.prog} --help`)"
+        self.exit(int(ExitCode.BAD_INPUT), f"reprobox: error: {said}{ending}\n")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """argparse's, with "did you mean" for an unknown flag, from the flags of the
+        command it was given to (argparse reports a subcommand's leftovers at the top)."""
+        found, extras = self.parse_known_args(args, namespace)
+        if extras:
+            flag = next((word.partition("=")[0] for word in extras if word.startswith("-")), "")
+            close = suggest.close_match(flag, _flags(self, found)) if flag else None
+            hint = f"; did you mean {close!r}?" if close else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return found
+
+
+_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+_CHOICES = re.compile(r"'([^']*)'")
+
+
+def _flags(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> list[str]:
+    """The flags of the (sub)command `parsed` ran: the parser's own and its chosen
+    subcommand's."""
+    flags = list(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(parsed, action.dest or "", None) or "")
+            if chosen is not None:
+                flags += list(chosen._option_string_actions)
+    return [flag for flag in flags if flag.startswith("--")]
 
 
 def positive_int(text: str) -> int:

@@ -17,6 +17,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run = subparsers.add_parser("run", help="run variants and judge them against expectations")
     run.add_argument("repro", help="the repro to run (see `reprobox list`)")
     options.add(run, *options.CELL, "matrix", "echo", "workers", *options.BACKEND, "format")
+    options.add(run, "json")
     run.set_defaults(handler=cmd_run)
 
     image = subparsers.add_parser("image", help="build a variant's pinned image (and --run it)")
@@ -45,6 +46,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     repro = spec.load(settings.root, args.repro)
     selected = cells.selected(repro, args)
     records = cells.run(repro, selected, cells.backend(args), args)
+    if args.json:  # one document on stdout (`cli.jsonout`); the rest went to stderr
+        return cells.conclude_json(records)
     ui.verdict_table(records, format=args.format)
     cells.say_commits(records)
     return cells.conclude(records)

@@ -65,10 +65,19 @@ def conclude(cells: Sequence[CellHistory]) -> int:
     return int(code)
 
 
-def show(settings: Settings, names: Sequence[str], default: bool, format: str) -> int:
-    """Print the table and the later unmeasured runs; the exit code of `conclude`."""
+def show(
+    settings: Settings, names: Sequence[str], default: bool, format: str, as_json: bool = False
+) -> int:
+    """Print the table and the later unmeasured runs (with `as_json`, the records and those
+    lines as one JSON document: `cli.jsonout`); the exit code of `conclude`."""
     cells = histories(settings, names, default)
     if not cells:
         raise BadInput(f"no results on disk under {settings.results}; run `make repro` first")
+    if as_json:
+        from reprobox.cli import jsonout
+
+        code = conclude(cells)
+        jsonout.records("table", [h.record for h in cells], code, later_runs(cells))
+        return code
     ui.verdict_table([h.record for h in cells], format=format, notes=later_runs(cells))
     return conclude(cells)

@@ -171,9 +171,11 @@ class BisectProgress:
         else:
             source = f"{entry.wall_s:.1f}s"
         reason = f" - {entry.reason}" if entry.skip else ""
-        info(f"probe {self.count}: {entry.item}{tags}{again}: {verdict} ({source}){reason}")
+        steps = entry.steps_left
+        left = f"; about {steps} step{'s' * (steps != 1)} left" if steps else ""
+        info(f"probe {self.count}: {entry.item}{tags}{again}: {verdict} ({source}){reason}{left}")
         if self._status is not None:
-            self._status.update(Text(f"{self.verb} {self.repro}: {self.count} probes so far"))
+            self._status.update(Text(f"{self.verb} {self.repro}: {self.count} probes so far{left}"))
 
 
 def bisect_summary(summary: BisectSummary) -> None:

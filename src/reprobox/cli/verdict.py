@@ -2,9 +2,10 @@
 
 git reads 0 as good, 125 as skip and every other code from 1 to 127 as bad, so a typo, a
 read-only results folder or an unreachable Slurm that exited 2, 4 or 70 would be taken for
-"this commit reproduces" and a first bad commit named. `bisect_code` is the one rule that
-keeps that from happening: `verdict` exits 0, 1, 125, or 255 (git aborts), an interrupt
-included (git aborts on 128 and above as well, but a caller other than git may not).
+"this commit reproduces" and a first bad commit named. `bisect_code` (`core.bisect_codes`,
+which a bundle's `./run.sh verdict` shares) is the one rule that keeps that from happening:
+`verdict` exits 0, 1, 125, or 255 (git aborts), an interrupt included (git aborts on 128 and
+above as well, but a caller other than git may not).
 """
 
 from __future__ import annotations
@@ -14,29 +15,15 @@ from collections.abc import Sequence
 
 from reprobox.cli import cells, options, ui
 from reprobox.core import spec
+from reprobox.core.bisect_codes import STOP as STOP  # re-exported: `cli.main` ends with it
+from reprobox.core.bisect_codes import bisect_code as bisect_code  # and this
 from reprobox.core.errors import BadInput, ExitCode
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import RecordStore
 from reprobox.run import pipeline
 
-STOP = 255  # `git bisect run`: abort, this is neither good, bad nor skip
 COMMAND = "verdict"
-_ANSWERS = (ExitCode.OK, ExitCode.FAILED, ExitCode.CANNOT_TEST)
-
-
-def bisect_code(code: int | None) -> int:
-    """The exit code `verdict` ends with for the harness's `code`: 0 clean, 1 reproduced,
-    125 cannot test, an environment that cannot be installed (skip: git's convention for
-    a commit that does not build) or a noisy verdict left undecided (neither good nor bad);
-    anything else, an interrupt included, 255."""
-    if code is None:
-        return int(ExitCode.OK)
-    if code in _ANSWERS:
-        return int(code)
-    if code in (ExitCode.ENV_FAILED, ExitCode.UNDECIDED):
-        return int(ExitCode.CANNOT_TEST)
-    return STOP
 
 
 def is_verdict(argv: Sequence[str]) -> bool:

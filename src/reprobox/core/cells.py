@@ -216,10 +216,8 @@ def requested_cells(
     default variants. Package overrides must be pins of the repro, at valid versions."""
     packages, params = dict(packages or {}), dict(params or {})
     repro.platform(platform)  # an unknown platform is an error naming the known ones
-    pinned = repro.pinned_packages()
     for package, version in packages.items():
-        if canonicalize_name(package) not in pinned:
-            raise BadInput(f"--with {package}: not a package that {repro.name} pins")
+        repro.check_pinned(package, "--with")
         if not is_source(version):
             check_version(version, f"--with {package}")
     if matrix:

@@ -12,7 +12,6 @@ files elsewhere on the machine.
 
 from __future__ import annotations
 
-import difflib
 import math
 import tomllib
 import types
@@ -28,6 +27,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from reprobox.core import suggest
 from reprobox.core.errors import BadInput, SpecError
 from reprobox.core.protocol import Expectation, Verdict
 from reprobox.core.spec_rules import check_semantics, display
@@ -258,8 +258,8 @@ class Repro:
             return self.spec.variants[name]
         except KeyError:
             raise BadInput(
-                f"repro {self.name!r} has no variant {name!r}; "
-                f"it has: {', '.join(self.spec.variants)}"
+                f"repro {self.name!r} has no variant {name!r}"
+                + suggest.hint(name, self.spec.variants, "it has")
             ) from None
 
     def rules(self, variant: str) -> list[Rule]:
@@ -321,6 +321,18 @@ class Repro:
     def pinned_packages(self) -> set[str]:
         return {canonicalize_name(Requirement(p).name) for p in self.spec.env.pins}
 
+    def check_pinned(self, package: str, flag: str) -> str:
+        """`package`'s canonical name; BadInput naming `flag` and the closest pin when the
+        repro does not pin it (every flag that names a package: --with, --package, --float)."""
+        pinned = self.pinned_packages()
+        name = canonicalize_name(package)
+        if name not in pinned:
+            raise BadInput(
+                f"{flag} {package}: not a package that {self.name} pins"
+                + suggest.hint(package, sorted(pinned), "it pins")
+            )
+        return name
+
 
 def merge_pins(base: list[str], replacements: list[str]) -> list[str]:
     """Replace requirements of the same (canonical) package; append new ones."""
@@ -346,9 +358,7 @@ def load(root: Path, name: str) -> Repro:
     """Load one repro by name, with a helpful error for unknown names."""
     known = discover(root)
     if name not in known:
-        hint = difflib.get_close_matches(name, known, n=1)
-        suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
-        raise BadInput(f"unknown repro {name!r}{suggestion}; known: {', '.join(known) or 'none'}")
+        raise BadInput(f"unknown repro {name!r}{suggest.hint(name, known)}")
     return load_file(root / "repros" / name / SPEC_FILE, fixes_dir=root / "fixes")
 
 
@@ -379,8 +389,8 @@ def load_file(file: Path, fixes_dir: Path) -> Repro:
 def _pydantic_message(error: Any) -> str:
     if error["type"] == "extra_forbidden":
         known = list(getattr(_model_at(error["loc"][:-1]), "model_fields", {}))
-        hint = difflib.get_close_matches(str(error["loc"][-1]), known, n=1)
-        return "unknown field" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        found = suggest.close_match(str(error["loc"][-1]), known)
+        return "unknown field" + (f" (did you mean {found!r}?)" if found else "")
     if error["type"] == "missing":
         return "required field is missing"
     value = error.get("input")

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from reprobox.core import spec
+from reprobox.core.bisect_codes import STOP, bisect_code
+from reprobox.core.errors import ExitCode
 from reprobox.report.byhand import TORCH_LINKS, ByHand
 
 LOG_TAIL_LINES = 30
@@ -36,6 +38,15 @@ HEADER_PACKAGES = {"python3-dev"}  # Python.h, checked in each venv's own interp
 # What a variant's verdict may be for `all` to count it as expected: its expectation and
 # also_ok; `unknown` records a measurement, so any verdict (never an error) is as expected.
 _ANY = ("clean", "reproduced", "cannot_test")
+# What `./run.sh VARIANT` exits with (its usage text): verdicts, 2 bad usage, 3 the system or
+# the install, 4 an error; `./run.sh verdict` maps them by `bisect_code`.
+RUN_SH_CODES = (ExitCode.OK, ExitCode.FAILED, ExitCode.CANNOT_TEST, ExitCode.BAD_INPUT,
+                ExitCode.ENV_FAILED, ExitCode.RUN_FAILED)  # fmt: skip
+_SAID = {
+    int(ExitCode.CANNOT_TEST): "the system lacks what the bundle needs, or its environment "
+    "did not install: skip (exit 125)",
+    STOP: "neither clean, reproduced nor skip: stopping git bisect (exit 255)",
+}
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,8 @@ def run_sh(
     cpus = " ".join(v for v in variants if cpu_torch[v]) or "-"
     exports = "".join(f"export {k}={shlex.quote(val)}\n" for k, val in install_env.items())
     py_tuple = python.replace(".", ", ")
+    verdict_cases = verdict_case_lines()
+    stop = STOP
     return f"""\
 #!/bin/sh
 # {repro.name}: {repro.spec.repro.title}
@@ -106,11 +119,27 @@ def run_sh(
 #                     here, 4 error (no result, a result its metrics or exit status
 #                     contradict)
 #   Either way: 2 bad usage, 3 the system lacks what the bundle needs or an install failed.
+#   ./run.sh verdict VARIANT   for `git bisect run`: 0 clean, 1 reproduced, 125 skip (cannot
+#                     test here, or the environment did not install), 255 anything else
+#                     (git aborts): a broken environment is never read as "bad"
 # Env:   TORCH_CPU_LINKS  where torch's CPU build (torch==X+cpu) is found: a URL or a folder of
 #                         wheels (default {TORCH_LINKS}); empty: only what
 #                         UV_FIND_LINKS / PIP_FIND_LINKS / your index configuration give
 #        PYTHON           the interpreter for the pip path (default python3; needs {python})
 set -u
+if [ "${{1:-}}" = verdict ]; then  # the one rule of `reprobox verdict`, as git bisect run reads
+  shift
+  if [ "$#" != 1 ] || [ "$1" = all ] || [ "$1" = --install-only ]; then
+    echo "run.sh: verdict takes one variant, not: ${{*:-nothing}}" >&2; exit {stop}
+  fi
+  sh "$0" "$1"
+  code=$?
+  case $code in
+{verdict_cases}
+    *) echo "run.sh: exit status $code is neither clean, reproduced nor skip: stopping" >&2
+       exit {stop} ;;
+  esac
+fi
 cd "$(dirname "$0")" || exit 4
 VARIANTS="{names}"
 install_only=
@@ -243,6 +272,17 @@ else
 fi
 exit "$failed"
 """
+
+
+def verdict_case_lines() -> str:
+    """`case` lines mapping each exit status run.sh gives to `git bisect run`'s answer by
+    `core.bisect_codes`, the rule `reprobox verdict` ends with (a status not listed: 255)."""
+    lines = []
+    for code in RUN_SH_CODES:
+        answer = bisect_code(code)
+        said = "" if answer == code else f'echo "run.sh: {_SAID[answer]}" >&2; '
+        lines.append(f"    {code}) {said}exit {answer} ;;")
+    return "\n".join(lines)
 
 
 def system_check(needs: SystemNeeds) -> str:

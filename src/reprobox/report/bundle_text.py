@@ -156,7 +156,10 @@ def readme(
         "a `ChildFailedError` there: that is the verdict, not a crash). When a run fails, "
         "`run.sh` shows the log's tail and exits 4. Exit 2 is bad usage, 3 a system that lacks "
         "what the bundle needs or an install that failed (its log's tail shown). "
-        "`./run.sh --install-only all` installs without running.",
+        "`./run.sh --install-only all` installs without running. Under `git bisect run`, "
+        "use `./run.sh verdict VARIANT`: 0 clean, 1 reproduced, 125 skip (cannot test here, a "
+        "system that lacks what the bundle needs, an install that failed), 255 anything else "
+        "(git stops), so a broken environment is never taken for a bad commit.",
         "",
         "`run.sh` makes a venv beside this file for each lock (variants with the same lock "
         "share one: `.venv-ID`), with uv, or with `python3 -m venv` + pip when uv is absent, "

@@ -1,0 +1,66 @@
+"""`bisect --dry-run`'s plan and the "about N steps left" a running bisect shows: the same
+counts (`bisect.plan`), held against what the real driver then probes (fake runs)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from bisect_fakes import hist_target, transformers_history, transformers_index
+
+from reprobox.bisect import plan
+from reprobox.bisect.axes import Strategy
+from reprobox.bisect.releases import release_axis, release_bisect
+from reprobox.bisect.summary import ProbeEntry
+
+
+@pytest.mark.parametrize(("gaps", "workers", "steps"),
+                         [(1, 1, 0), (2, 1, 1), (7, 1, 3), (8, 1, 3), (9, 1, 4), (8, 3, 2),
+                          (16, 3, 2), (17, 3, 3)])  # fmt: skip
+def test_a_search_closes_its_gaps_in_ceil_log_steps(gaps: int, workers: int, steps: int) -> None:
+    assert plan.search_steps(gaps, workers) == steps
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "strategy"),
+    [("4.46.3", "4.44.2", Strategy()), ("4.46.3", "4.44.2", Strategy(confirm=2, verify=1)),
+     ("4.46.0", "4.47.0", Strategy()), ("4.46.0", "4.45.2", Strategy(confirm=0))],
+)  # fmt: skip
+def test_the_plan_bounds_what_the_bisect_probes_and_steps_count_down_to_zero(
+    tmp_path: Path, good: str, bad: str, strategy: Strategy
+) -> None:
+    target = hist_target(tmp_path)
+    _, axis = release_axis(target, "transformers", good, bad, transformers_index())
+    found = plan.plan(axis, strategy, "hist", "broken", "cpu")
+    assert found.candidates == axis.names and found.ends == (good, bad)
+    assert found.search_probes == math.ceil(math.log2(len(axis.names) - 1))
+    heard: list[ProbeEntry] = []
+    history = transformers_history()
+    summary = release_bisect(target, "transformers", good, bad, transformers_index(),
+                             probes=history.probes, strategy=strategy,
+                             on_probe=heard.append)  # fmt: skip
+    assert summary.status == "found", summary.result
+    assert summary.launched <= found.probes
+    left = [entry.steps_left for entry in heard]
+    assert left[-1] == 0, left
+    for done, steps in enumerate(left, start=1):  # never fewer than what really remained
+        assert steps is not None and steps >= len(heard) - done, left
+
+
+def test_a_flaky_plan_is_an_estimate_capped_by_max_runs(tmp_path: Path) -> None:
+    target = hist_target(tmp_path)
+    _, axis = release_axis(target, "transformers", "4.44.2", "4.46.3", transformers_index())
+    found = plan.plan(axis, Strategy(flaky=True, max_runs=20), "hist", "broken", "cpu")
+    assert found.estimate and found.strategy == "flaky" and found.probes == 20
+    assert "estimate" in found.rule and "--max-runs 20" in found.rule
+    assert plan.StepsLeft(axis.names, Strategy(flaky=True)).after(
+        ProbeEntry(key="4.44.2#1", item="4.44.2", verdict="reproduced")
+    ) is None  # fmt: skip
+
+
+def test_yanked_candidates_are_in_the_plan_and_marked(tmp_path: Path) -> None:
+    target = hist_target(tmp_path)
+    _, axis = release_axis(target, "transformers", "4.45.2", "4.46.1", transformers_index())
+    found = plan.plan(axis, Strategy(), "hist", "broken", "cpu")
+    assert found.candidates == ["4.45.2", "4.46.0", "4.46.1"] and found.yanked == ["4.46.0"]
