@@ -8,6 +8,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from reprobox.cli import cells, options, ui
+from reprobox.cli.progress import BisectProgress
 from reprobox.core import spec
 from reprobox.core.errors import BadInput, ExitCode
 from reprobox.envs.index import version_range
@@ -124,7 +125,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if not args.commits and (args.repo or args.tag_format or args.first_parent is not True):
         raise BadInput("--repo, --tag-format and --first-parent go with --commits")
     strategy = _strategy(args, target)
-    with ui.BisectProgress(target.repro.name) as progress:
+    with BisectProgress(target.repro.name) as progress:
         if args.commits:
             if args.by_date:
                 raise BadInput("--commits and --by-date are two kinds of bisect: pick one")
@@ -210,7 +211,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     package = args.package or (defaults.package if defaults else None)
     if not package:
         raise BadInput("--package is needed (no [bisect] package)")
-    with ui.BisectProgress(target.repro.name, verb="sweeping") as progress:
+    with BisectProgress(target.repro.name, verb="sweeping") as progress:
         summary = sweep.sweep(
             target,
             package,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from reprobox.cli.ui import TABLE_FORMATS
+from reprobox.cli.tables import TABLE_FORMATS
 from reprobox.core import spec
 from reprobox.core.errors import BadInput, ExitCode
 from reprobox.core.settings import Settings

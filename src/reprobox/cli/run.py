@@ -7,7 +7,7 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
-from reprobox.cli import cells, options, ui
+from reprobox.cli import cells, options, tables, ui
 from reprobox.core import spec
 from reprobox.run import pipeline
 
@@ -45,7 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     repro = spec.load(settings.root, args.repro)
     selected = cells.selected(repro, args)
     records = cells.run(repro, selected, cells.backend(args), args)
-    ui.verdict_table(records, format=args.format)
+    tables.verdict_table(records, format=args.format, tally=True)
     cells.say_commits(records)
     return cells.conclude(records)
 
@@ -79,7 +79,7 @@ def cmd_image(args: argparse.Namespace) -> int:
         return 0
     records = cells.run(repro, selected, backend, args)
     _say_built(backend)
-    ui.verdict_table(records, format=args.format)
+    tables.verdict_table(records, format=args.format, tally=True)
     return cells.conclude(records)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reprobox.cli import ui
+from reprobox.cli import tables, ui
 from reprobox.core import spec
 from reprobox.core.cells import default_cells
 from reprobox.core.errors import BadInput, ExitCode
@@ -70,5 +70,7 @@ def show(settings: Settings, names: Sequence[str], default: bool, format: str) -
     cells = histories(settings, names, default)
     if not cells:
         raise BadInput(f"no results on disk under {settings.results}; run `make repro` first")
-    ui.verdict_table([h.record for h in cells], format=format, notes=later_runs(cells))
+    tables.verdict_table(
+        [h.record for h in cells], format=format, notes=later_runs(cells), tally=True
+    )
     return conclude(cells)
