@@ -200,6 +200,13 @@ OPTIONS: dict[str, Option] = {
         Option("matrix", ("--matrix",), "run every cell of [matrix]", action="store_true"),
         Option("echo", ("--echo",), "stream the launcher's output", action="store_true"),
         Option(
+            "resume",
+            ("--resume",),
+            "skip cells whose newest measured record has the same lock, code and arguments "
+            "(after an interrupt: only what is missing runs)",
+            action="store_true",
+        ),
+        Option(
             "format",
             ("--format",),
             "the verdict table: rich (a terminal), plain "

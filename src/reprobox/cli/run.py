@@ -9,14 +9,19 @@ from typing import Any
 
 from reprobox.cli import cells, options, tables, ui
 from reprobox.core import spec
-from reprobox.run import pipeline
+from reprobox.core.cells import Cell
+from reprobox.core.records import Record, RecordStore
+from reprobox.core.settings import Settings
+from reprobox.run import pipeline, resume
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `run` and `image` to the `reprobox` parser."""
     run = subparsers.add_parser("run", help="run variants and judge them against expectations")
     run.add_argument("repro", help="the repro to run (see `reprobox list`)")
-    options.add(run, *options.CELL, "matrix", "echo", "workers", *options.BACKEND, "format")
+    options.add(
+        run, *options.CELL, "matrix", "echo", "resume", "workers", *options.BACKEND, "format"
+    )
     run.set_defaults(handler=cmd_run)
 
     image = subparsers.add_parser("image", help="build a variant's pinned image (and --run it)")
@@ -44,10 +49,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = options.settings(args)
     repro = spec.load(settings.root, args.repro)
     selected = cells.selected(repro, args)
-    records = cells.run(repro, selected, cells.backend(args), args)
+    chosen = cells.backend(args)
+    kept = _resumed(repro, selected, settings, chosen.name) if args.resume else {}
+    ran = iter(cells.run(repro, [c for c in selected if c.label not in kept], chosen, args))
+    records = [kept[c.label] if c.label in kept else next(ran) for c in selected]
     tables.verdict_table(records, format=args.format, tally=True)
     cells.say_commits(records)
     return cells.conclude(records)
+
+
+def _resumed(
+    repro: spec.Repro, selected: list[Cell], settings: Settings, backend: str
+) -> dict[str, Record]:
+    """`--resume`: the records of the cells that need not run again, by label, each said
+    in one line, as is why each other cell runs."""
+    kept: dict[str, Record] = {}
+    for found in resume.split(repro, selected, RecordStore(settings.results), settings, backend):
+        if found.record is not None:
+            kept[found.cell.label] = found.record
+            ui.info(
+                f"resume: skipped {repro.name} {found.cell.label}: {found.why} "
+                "(same lock, code and arguments)"
+            )
+        else:
+            ui.info(f"resume: running {repro.name} {found.cell.label}: {found.why}")
+    return kept
 
 
 def cmd_image(args: argparse.Namespace) -> int:

@@ -78,11 +78,11 @@ def verdict_table(
 ) -> None:
     """The verdict table: one row per cell, in the `format` its reader can use; `notes`
     (later runs that measured nothing) follow it, one line each, then with `tally` the
-    tally line (`tally_line`)."""
+    tally line (`tally_line`; not after a pipe table, which is pasted as it is)."""
     records = list(records)
     rows = verdict_rows(records)
     chosen = table_format(format)
-    closing = [*notes, *([tally_line(records)] if tally else [])]
+    closing = [*notes, *([tally_line(records)] if tally and chosen != "markdown" else [])]
     if chosen == "rich":
         _rich_table(records, rows)
         for note in closing:
@@ -168,7 +168,7 @@ def fit_columns(
     for name in DROP_ORDER:
         if sum(words[i] for i in keep) <= room():
             break
-        if name == "repro" and not one_repro:
+        if name not in header or (name == "repro" and not one_repro):
             continue
         index = header.index(name)
         keep.remove(index)
@@ -179,6 +179,8 @@ def fit_columns(
     for name in CUTTABLE:  # the last resort: cut the widest of these down, fairly
         if over <= 0:
             break
+        if name not in header:
+            continue
         index = header.index(name)
         floor = max(cell_len(header[index]), 8)
         take = min(over, given[index] - floor)
@@ -205,9 +207,7 @@ def _footnote(dropped: list[str], cut: list[str], width: int) -> str:
         parts.append("dropped " + ", ".join(dropped))
     if cut:
         parts.append(" and ".join(cut) + " cut with …")
-    return (
-        f"({'; '.join(parts)} to fit {width} columns; --format plain shows every column)"
-    )
+    return f"({'; '.join(parts)} to fit {width} columns; --format plain shows every column)"
 
 
 def _longest_word(text: str) -> int:

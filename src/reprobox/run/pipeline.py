@@ -24,7 +24,7 @@ from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
-from reprobox.run import capabilities, host_check, phases, repeats
+from reprobox.run import capabilities, host_check, phases, repeats, resume
 from reprobox.run.backend import Backend, Case, LaunchRequest, Prepared
 from reprobox.run.capabilities import LaunchesConcurrently, LaunchesMany
 
@@ -215,7 +215,9 @@ def _prepared(group: list[Pending]) -> Prepared:
 
 def _new_pending(repro: Repro, cell: Cell, store: RecordStore, options: RunOptions) -> Pending:
     run_dir = store.new_run_dir(repro.name, cell.slug, options.results_base)
-    return Pending(cell, Record.for_cell(cell, run_dir), run_dir)
+    record = Record.for_cell(cell, run_dir)
+    record.code_hash, record.script_args = resume.code_hash(repro, cell), script_args(repro, cell)
+    return Pending(cell, record, run_dir)
 
 
 def _prepare(
