@@ -143,6 +143,7 @@ def test_ci_says_each_phase_and_is_never_silent_for_30_s(nap_root: Path) -> None
     assert max(gaps) < 30, (max(gaps), text)
     said = [line for _, line in lines[1:-1]]
     assert "nap slow: resolving the lock" in said, text
+    assert "nap slow: preparing the venv environment" in said, text
     assert "nap slow: installing 1 package" in said, text  # its own cache: a first install
     assert "[1/1] nap slow: launching (1 process)" in said, text
     assert "[1/1] nap slow: running (1 process started)" in said, text

@@ -1,6 +1,6 @@
-"""What a run is doing now, as typed events: resolving a lock, installing an environment,
-launching, running, judging. The pipeline and its hooks emit them; one callback (the CLI's)
-says them to a person or a CI log. `run` never draws: this module knows no terminal.
+"""What a run is doing now, as typed events: resolving a lock, preparing and installing an
+environment, launching, running, judging. The pipeline and its hooks emit them; one callback
+(the CLI's) says them to a person or a CI log. `run` never draws: it knows no terminal.
 
 The callback is set for a run with `reporting(on_phase)`; a hook deep in a back end (the
 environment install, the launcher) calls `emit` without being handed it. The sink lives in a
@@ -21,6 +21,7 @@ T = TypeVar("T")
 
 class PhaseKind(StrEnum):
     RESOLVING = "resolving"  # the cell's lock (committed, cached, or resolved now)
+    PREPARING = "preparing"  # the back end makes the environment ready (a venv, an image)
     INSTALLING = "installing"  # an environment that is not ready yet
     LAUNCHING = "launching"  # the launcher (or the preflight) is being started
     RUNNING = "running"  # its processes are up
@@ -40,7 +41,7 @@ class Phase:
         """`installing 6 packages`, `running (2 processes started)`."""
         if not self.detail:
             return self.kind.value
-        if self.kind in (PhaseKind.RESOLVING, PhaseKind.INSTALLING):
+        if self.kind in (PhaseKind.RESOLVING, PhaseKind.PREPARING, PhaseKind.INSTALLING):
             return f"{self.kind.value} {self.detail}"
         return f"{self.kind.value} ({self.detail})"
 

@@ -232,6 +232,7 @@ def _prepare(
             settings=settings,
         )  # fmt: skip
         item.record.lock = str(lock)
+        phases.emit(phases.PhaseKind.PREPARING, f"the {backend.name} environment")
         try:
             item.prepared = backend.prepare(repro, item.cell, lock)
         except CannotTestHere as exc:  # e.g. too few GPUs, found before installing
