@@ -27,8 +27,10 @@ system:
 system-compilers:
 	@bash scripts/setup-system.sh --no-containers
 
+# RESUME=1 (after an interrupt): skip the cells already measured with the same lock, code and
+# arguments (`reprobox run --resume`, docs/cli.md)
 repro: system-compilers $(STAMP)
-	@$(NOX) -t default; status=$$?; $(NOX) -s verdicts; exit $$status
+	@$(NOX) -t default $(if $(RESUME),-- --resume); status=$$?; $(NOX) -s verdicts; exit $$status
 
 test: system $(STAMP)
 	$(NOX) -s tests

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import write_repro
 from reprobox.cli import verdict as verdict_cli
-from reprobox.cli.ui import verdict_rows
+from reprobox.cli.tables import verdict_rows
 from reprobox.core import repeated, spec
 from reprobox.core.errors import ExitCode, SpecError
 from reprobox.core.judge import Judgement, Status

@@ -10,7 +10,8 @@ import sys
 import pytest
 from rich.console import Console
 
-from reprobox.cli import ui
+from reprobox.cli import tables, ui
+from reprobox.cli.progress import CellProgress
 from reprobox.core.cells import Cell
 from reprobox.core.records import Record
 from reprobox.core.settings import Settings
@@ -56,7 +57,7 @@ def test_progress_line_keeps_what_finished_apart_from_the_cell_running(
 ) -> None:
     monkeypatch.setenv("CI", "true")  # plain lines, as in a CI log
     cells = [Cell("lm_head", "broken"), Cell("lm_head", "untied"), Cell("lm_head", "fixed")]
-    with ui.CellProgress("lm_head", 4) as progress:
+    with CellProgress("lm_head", 4) as progress:
         progress.start([cells[0]])
         progress.done(_record("broken", "reproduced"))
         progress.start([cells[1]])
@@ -77,7 +78,7 @@ def test_progress_of_a_shared_launch_names_every_cell(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("CI", "true")
-    with ui.CellProgress("toy", 2) as progress:
+    with CellProgress("toy", 2) as progress:
         progress.start([Cell("toy", "clean"), Cell("toy", "reproduced")])
     assert capsys.readouterr().err.splitlines() == [
         "[1-2/2] toy clean, reproduced (one launch) ..."
@@ -89,7 +90,7 @@ def test_live_progress_keeps_brackets_of_labels(monkeypatch: pytest.MonkeyPatch)
     terminal = Console(file=buffer, force_terminal=True, width=120, stderr=True, emoji=False)
     monkeypatch.setattr(ui, "console", terminal)
     monkeypatch.setattr(ui, "interactive", lambda: True)
-    with ui.CellProgress("lm_head", 1) as progress:
+    with CellProgress("lm_head", 1) as progress:
         progress.start([Cell("lm_head", "broken", packages=(("transformers", "4.44.2"),))])
         assert progress._progress is not None
         progress._progress.refresh()
@@ -104,7 +105,9 @@ def test_rich_table_prints_record_text_as_written(monkeypatch: pytest.MonkeyPatc
     buffer = io.StringIO()
     wide = Console(file=buffer, width=200, force_terminal=True, color_system=None, emoji=False)
     monkeypatch.setattr(ui, "out", wide)
-    ui.verdict_table([_record(LABEL, "reproduced"), _record("fixed", None, reason=REASON)], "rich")
+    tables.verdict_table(
+        [_record(LABEL, "reproduced"), _record("fixed", None, reason=REASON)], "rich"
+    )
     text = buffer.getvalue()
     assert "┃ repro" in text  # drawn by rich
     assert LABEL in text  # the version is kept
@@ -113,7 +116,7 @@ def test_rich_table_prints_record_text_as_written(monkeypatch: pytest.MonkeyPatc
 
 def test_plain_table_never_splits_a_word(screen: io.StringIO) -> None:
     records = [_record(LABEL, "reproduced"), _record("fixed", None, reason=REASON)]
-    ui.verdict_table(records, "plain")
+    tables.verdict_table(records, "plain")
     lines = screen.getvalue().splitlines()
     assert lines[0] == "reprobox verdicts" and len(lines) == 5
     assert any(LABEL in line and "gap=0.5" in line for line in lines)
@@ -124,7 +127,7 @@ def test_plain_table_never_splits_a_word(screen: io.StringIO) -> None:
 
 
 def test_auto_is_plain_off_a_terminal(screen: io.StringIO) -> None:
-    ui.verdict_table([_record(LABEL, "reproduced")])  # existing calls: format defaults to auto
+    tables.verdict_table([_record(LABEL, "reproduced")])  # existing calls: format defaults to auto
     assert screen.getvalue().startswith("reprobox verdicts\nrepro ")
 
 
@@ -132,15 +135,15 @@ def test_auto_is_rich_at_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ui, "out", Console(file=io.StringIO(), force_terminal=True))
     monkeypatch.setattr(ui, "_ci", False)
     ui.configure(Settings.from_env({}))
-    assert ui.table_format("auto") == "rich"
+    assert tables.table_format("auto") == "rich"
     ui.configure(Settings.from_env({"CI": "true"}))  # a CI log is read later, in any width
-    assert ui.table_format("auto") == "plain"
+    assert tables.table_format("auto") == "plain"
     with pytest.raises(ValueError, match="unknown table format 'html'"):
-        ui.table_format("html")
+        tables.table_format("html")
 
 
 def test_markdown_table_escapes_pipes_and_lines_up() -> None:
-    text = ui.markdown_table(["cell", "wall s"], [["a|b", "1.0"], ["multi\nline", "12.5"]])
+    text = tables.markdown_table(["cell", "wall s"], [["a|b", "1.0"], ["multi\nline", "12.5"]])
     assert text.splitlines() == [
         "| cell       | wall s |",
         "| ---------- | -----: |",

@@ -8,6 +8,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from reprobox.cli import cells, options, ui
+from reprobox.cli.progress import BisectProgress
 from reprobox.core import spec
 from reprobox.core.errors import BadInput, ExitCode
 from reprobox.envs.index import version_range
@@ -138,7 +139,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         raise BadInput("--commits and --by-date are two kinds of bisect: pick one")
     if args.dry_run:
         return _dry_run(args, target, defaults, strategy)
-    with ui.BisectProgress(target.repro.name) as progress:
+    with BisectProgress(target.repro.name) as progress:
         if args.commits:
             package = args.package or (defaults.package if defaults else None)
             if not package:
@@ -293,7 +294,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     package = args.package or (defaults.package if defaults else None)
     if not package:
         raise BadInput("--package is needed (no [bisect] package)")
-    with ui.BisectProgress(target.repro.name, verb="sweeping") as progress:
+    with BisectProgress(target.repro.name, verb="sweeping") as progress:
         summary = sweep.sweep(
             target,
             package,

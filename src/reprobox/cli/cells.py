@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reprobox.cli import options, ui
+from reprobox.cli.progress import CellProgress
 from reprobox.core import cells, spec
 from reprobox.core.errors import BadInput, ExitCode
 from reprobox.core.judge import Status
@@ -112,7 +113,7 @@ def run(
 ) -> list[Record]:
     """Run the cells through the pipeline with a progress display; their records."""
     settings = options.settings(args)
-    with ui.CellProgress(repro.name, len(selected)) as progress:
+    with CellProgress(repro.name, len(selected)) as progress:
         return pipeline.run_cells(
             repro,
             selected,
@@ -122,6 +123,7 @@ def run(
             run_options(args),
             on_start=progress.start,
             on_record=progress.done,
+            on_phase=progress.phase,
         )
 
 

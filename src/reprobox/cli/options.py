@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from reprobox.cli.ui import TABLE_FORMATS
+from reprobox.cli.tables import TABLE_FORMATS
 from reprobox.core import spec, suggest
 from reprobox.core.errors import BadInput, ExitCode
 from reprobox.core.settings import Settings
@@ -228,6 +228,13 @@ OPTIONS: dict[str, Option] = {
         ),
         Option("matrix", ("--matrix",), "run every cell of [matrix]", action="store_true"),
         Option("echo", ("--echo",), "stream the launcher's output", action="store_true"),
+        Option(
+            "resume",
+            ("--resume",),
+            "skip cells whose newest measured record has the same lock, code and arguments "
+            "(after an interrupt: only what is missing runs)",
+            action="store_true",
+        ),
         Option(
             "format",
             ("--format",),

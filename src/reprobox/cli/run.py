@@ -7,16 +7,21 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
-from reprobox.cli import cells, options, ui
+from reprobox.cli import cells, options, tables, ui
 from reprobox.core import spec
-from reprobox.run import pipeline
+from reprobox.core.cells import Cell
+from reprobox.core.records import Record, RecordStore
+from reprobox.core.settings import Settings
+from reprobox.run import pipeline, resume
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `run` and `image` to the `reprobox` parser."""
     run = subparsers.add_parser("run", help="run variants and judge them against expectations")
     run.add_argument("repro", help="the repro to run (see `reprobox list`)")
-    options.add(run, *options.CELL, "matrix", "echo", "workers", *options.BACKEND, "format")
+    options.add(
+        run, *options.CELL, "matrix", "echo", "resume", "workers", *options.BACKEND, "format"
+    )
     options.add(run, "json")
     run.set_defaults(handler=cmd_run)
 
@@ -45,12 +50,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = options.settings(args)
     repro = spec.load(settings.root, args.repro)
     selected = cells.selected(repro, args)
-    records = cells.run(repro, selected, cells.backend(args), args)
+    chosen = cells.backend(args)
+    kept = _resumed(repro, selected, settings, chosen.name) if args.resume else {}
+    ran = iter(cells.run(repro, [c for c in selected if c.label not in kept], chosen, args))
+    records = [kept[c.label] if c.label in kept else next(ran) for c in selected]
     if args.json:  # one document on stdout (`cli.jsonout`); the rest went to stderr
         return cells.conclude_json(records)
-    ui.verdict_table(records, format=args.format)
+    tables.verdict_table(records, format=args.format, tally=True)
     cells.say_commits(records)
     return cells.conclude(records)
+
+
+def _resumed(
+    repro: spec.Repro, selected: list[Cell], settings: Settings, backend: str
+) -> dict[str, Record]:
+    """`--resume`: the records of the cells that need not run again, by label, each said
+    in one line, as is why each other cell runs."""
+    kept: dict[str, Record] = {}
+    for found in resume.split(repro, selected, RecordStore(settings.results), settings, backend):
+        if found.record is not None:
+            kept[found.cell.label] = found.record
+            ui.info(
+                f"resume: skipped {repro.name} {found.cell.label}: {found.why} "
+                "(same lock, code and arguments)"
+            )
+        else:
+            ui.info(f"resume: running {repro.name} {found.cell.label}: {found.why}")
+    return kept
 
 
 def cmd_image(args: argparse.Namespace) -> int:
@@ -82,7 +108,7 @@ def cmd_image(args: argparse.Namespace) -> int:
         return 0
     records = cells.run(repro, selected, backend, args)
     _say_built(backend)
-    ui.verdict_table(records, format=args.format)
+    tables.verdict_table(records, format=args.format, tally=True)
     return cells.conclude(records)
 
 

@@ -58,6 +58,10 @@ class Record(BaseModel):
     preflight_s: float = 0.0  # the script's one-process check before launching
     lock: str = ""
     lock_hash: str = ""
+    # what `run --resume` compares (run/resume.py): the repro folder's files and the fix the
+    # cell ran with, and the script's arguments; older records lack them (never skipped)
+    code_hash: str = ""
+    script_args: list[str] = []
     commits: dict[str, str] = {}  # package -> the commit sha that ran (a git or checkout source)
     platform: str = "cpu"
     runner: str = "venv"  # venv, or the container engine that ran the image

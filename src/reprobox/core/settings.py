@@ -38,6 +38,9 @@ class Settings:
     refresh_index: bool = False  # REPROBOX_REFRESH_INDEX: re-read release lists now
     ca_bundle: Path | None = None  # REPROBOX_CA_BUNDLE: extra CA for image builds
     ci: bool = False  # CI: plain output, no live progress
+    # REPROBOX_HEARTBEAT_S: with no live progress, a "still ..." line after this many
+    # seconds without output (25: a CI log is never silent for 30 s)
+    heartbeat_s: float = 25.0
     torch_index: str | None = None  # REPROBOX_TORCH_INDEX: a simple index serving CPU torch
     # REPROBOX_TORCH_SOURCE: cpu (the CPU build) | pypi (the default index's) | host (the
     # torch of REPROBOX_HOST_PYTHON, a cluster's own CUDA build: envs/torch_source.py)
@@ -73,6 +76,7 @@ class Settings:
             refresh_index=bool(env.get("REPROBOX_REFRESH_INDEX")),
             ca_bundle=Path(ca) if ca else None,
             ci=bool(env.get("CI")),
+            heartbeat_s=_seconds(env, "REPROBOX_HEARTBEAT_S", 25.0),
             script_cache=_absolute(env, "REPRO_CACHE"),
             uv_settings=tuple((name, env[name]) for name in UV_SETTINGS if env.get(name)),
             torch_index=env.get("REPROBOX_TORCH_INDEX") or None,
@@ -103,6 +107,20 @@ def _absolute(env: Mapping[str, str], name: str) -> Path | None:
     if not path.is_absolute():
         raise BadInput(f"{name}={value!r} must be an absolute path")
     return path
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """A positive number of seconds; unset is `default`."""
+    value = env.get(name)
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise BadInput(f"{name}={value!r} must be a positive number of seconds")
+    return seconds
 
 
 def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:

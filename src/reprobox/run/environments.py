@@ -14,6 +14,7 @@ from reprobox.core.errors import BadInput
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro, merge_pins
 from reprobox.envs import git, locks, venvs
+from reprobox.run import phases
 
 
 def lock_path(repro: Repro, variant: str, platform: str) -> Path:
@@ -102,8 +103,14 @@ def env_inputs(repro: Repro, platform: str) -> tuple[str, dict[str, str], list[s
 
 
 def ensure_env(repro: Repro, lock: Path, platform: str, *, settings: Settings) -> venvs.Env:
-    """The repro's environment for `lock` on `platform`, created if needed."""
+    """The repro's environment for `lock` on `platform`, created if needed (an install is
+    said as a phase: it is the long silent step of a first run)."""
     host_packages = list(repro.platform(platform).host_package_ranges)
+    if settings.torch_source != "host":  # a host venv's lock is made from the host first
+        path = settings.cache / "envs" / venvs.env_hash(lock, *env_inputs(repro, platform))
+        if venvs.ready_problem(path, lock) is not None:
+            count = len(venvs.lock_pins(lock.read_text()))
+            phases.emit(phases.PhaseKind.INSTALLING, f"{count} package{'s' * (count != 1)}")
     return venvs.ensure_env(
         lock, *env_inputs(repro, platform), settings=settings, host_packages=host_packages
     )

@@ -40,7 +40,7 @@ from reprobox.core.errors import LaunchError
 from reprobox.core.scrub import Scrubber
 from reprobox.core.spec import check_timeout
 from reprobox.core.spec_rules import refuse_nodes
-from reprobox.run import interrupts, multinode, watchdog
+from reprobox.run import interrupts, multinode, phases, watchdog
 from reprobox.run.guard import (
     PR_SET_CHILD_SUBREAPER,
     PR_SET_PDEATHSIG,
@@ -167,6 +167,7 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
         guard = Guard(run_id, plan.registry)
         try:
             procs = _start(plan, env, sink, watched=guard.watched)
+            phases.emit(phases.PhaseKind.RUNNING, _started(plan, procs))
             guard.watch(procs)
             timed_out = _wait(procs, started + plan.timeout, log, echo, guard)
             finished = True
@@ -191,6 +192,14 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
         rank_logs=collect_rank_logs(plan.log_dir) if plan.rank_logs else _bounded(plan.log_dir),
         killed_orphans=orphans,
     )
+
+
+def _started(plan: LaunchPlan, procs: list[subprocess.Popen[bytes]]) -> str:
+    """What is known to be up: the harness's own ranks, or a launcher (torchrun) that starts
+    its ranks itself."""
+    if len(procs) > 1 or plan.processes == 1:
+        return f"{len(procs)} process{'es' * (len(procs) != 1)} started"
+    return f"{plan.launcher} started for {plan.processes} processes"
 
 
 def _bounded(log_dir: Path) -> list[Path]:

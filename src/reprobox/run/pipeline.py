@@ -24,7 +24,7 @@ from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
-from reprobox.run import capabilities, host_check, repeats
+from reprobox.run import capabilities, host_check, phases, repeats, resume
 from reprobox.run.backend import Backend, Case, LaunchRequest, Prepared
 from reprobox.run.capabilities import LaunchesConcurrently, LaunchesMany
 
@@ -75,12 +75,28 @@ def run_cells(
     options: RunOptions = RunOptions(),
     on_start: Callable[[list[Cell]], None] | None = None,
     on_record: Callable[[Record], None] | None = None,
+    on_phase: phases.OnPhase | None = None,
 ) -> list[Record]:
     """Run cells in order on `backend`, sharing launches where the repro allows it
-    ([launch] batch), and save one record per cell in `store`.
+    ([launch] batch), and save one record per cell in `store`; `on_phase` hears each phase
+    (resolving, installing, launching, running, judging) as it begins (run/phases.py).
 
     Every cell that ran ends with a saved record; an interrupt keeps the records already
     written, marks the cells it interrupted, and leaves no folder for cells never started."""
+    with phases.reporting(on_phase):
+        return _run_cells(repro, cells, backend, store, settings, options, on_start, on_record)
+
+
+def _run_cells(
+    repro: Repro,
+    cells: Iterable[Cell],
+    backend: Backend,
+    store: RecordStore,
+    settings: Settings,
+    options: RunOptions,
+    on_start: Callable[[list[Cell]], None] | None,
+    on_record: Callable[[Record], None] | None,
+) -> list[Record]:
     pending = [_new_pending(repro, cell, store, options) for cell in cells]
     records: list[Record] = []
     try:
@@ -140,7 +156,7 @@ def _launch_concurrently(
         return group
 
     with ThreadPoolExecutor(max_workers=options.workers, thread_name_prefix="launch") as pool:
-        running = {pool.submit(one, group) for group in groups}
+        running = {pool.submit(phases.in_context(one), group) for group in groups}
         try:
             while running:
                 done, running = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
@@ -171,6 +187,8 @@ def _launch_many(
     if on_start is not None:
         for group in groups:
             on_start([item.cell for item in group])
+    everyone = [item.cell.label for group in groups for item in group]
+    phases.emit(phases.PhaseKind.LAUNCHING, f"{len(groups)} launches submitted", everyone)
     waiting = {index: group for index, group in enumerate(groups)}
     left: list[Pending] = [item for group in groups for item in group]
     launches = [(_prepared(g), request) for g, request in zip(groups, requests, strict=True)]
@@ -183,6 +201,7 @@ def _launch_many(
                 with recording(group):
                     if isinstance(outcome, ReproboxError):
                         raise outcome
+                    phases.emit(phases.PhaseKind.JUDGING, cells=[i.cell.label for i in group])
                     judge_launch(repro, group, requests[index], outcome)
                 finish(group, records, on_record)
     for group in waiting.values():  # the submission failed: their records say why
@@ -196,20 +215,24 @@ def _prepared(group: list[Pending]) -> Prepared:
 
 def _new_pending(repro: Repro, cell: Cell, store: RecordStore, options: RunOptions) -> Pending:
     run_dir = store.new_run_dir(repro.name, cell.slug, options.results_base)
-    return Pending(cell, Record.for_cell(cell, run_dir), run_dir)
+    record = Record.for_cell(cell, run_dir)
+    record.code_hash, record.script_args = resume.code_hash(repro, cell), script_args(repro, cell)
+    return Pending(cell, record, run_dir)
 
 
 def _prepare(
     repro: Repro, item: Pending, backend: Backend, settings: Settings, options: RunOptions
 ) -> None:
-    with recording([item]):
+    with recording([item]), phases.for_cells([item.cell.label]):
         started = time.monotonic()
+        phases.emit(phases.PhaseKind.RESOLVING, "the lock")
         _, item.record.commits = resolve_sources(dict(item.cell.packages), settings)
         lock = options.lock or lock_for(
             repro, item.cell.variant, item.cell.platform, dict(item.cell.packages),
             settings=settings,
         )  # fmt: skip
         item.record.lock = str(lock)
+        phases.emit(phases.PhaseKind.PREPARING, f"the {backend.name} environment")
         try:
             item.prepared = backend.prepare(repro, item.cell, lock)
         except CannotTestHere as exc:  # e.g. too few GPUs, found before installing
@@ -261,7 +284,8 @@ def _preflight(
     if not preflight or item.prepared is None:
         return
     request = _request(repro, [item], options, tuple(preflight))
-    with recording([item]):
+    with recording([item]), phases.for_cells([item.cell.label]):
+        phases.emit(phases.PhaseKind.LAUNCHING, "preflight check")
         launched = backend.launch(item.prepared, request)
         item.record.preflight_s = launched.wall_s
         code = launched.launcher_code
@@ -298,7 +322,7 @@ def _launch_group(
     """One launch for the group: a single cell gets its arguments on the command line; a
     batch gets a plan file (see repros/README.md, "Batching")."""
     request = _begin(repro, group, backend, options)
-    with recording(group):
+    with recording(group), phases.for_cells([item.cell.label for item in group]):
         lead = group[0]
         assert lead.prepared is not None
         if repeats.declared(repro, lead.cell.variant):
@@ -306,7 +330,11 @@ def _launch_group(
                 repro, lead.record, lead.prepared, request, backend, options.workers, judge_case
             )
             return
-        judge_launch(repro, group, request, backend.launch(lead.prepared, request))
+        processes = request.launch.processes
+        phases.emit(phases.PhaseKind.LAUNCHING, f"{processes} process{'es' * (processes != 1)}")
+        launched = backend.launch(lead.prepared, request)
+        phases.emit(phases.PhaseKind.JUDGING)
+        judge_launch(repro, group, request, launched)
 
 
 def _begin(

@@ -22,7 +22,7 @@ from reprobox.core.judge import Judgement, Launched
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
 from reprobox.core.spec import Repro
-from reprobox.run import capabilities
+from reprobox.run import capabilities, phases
 from reprobox.run.backend import Backend, Case, LaunchRequest, Prepared
 
 SEED_ENV = "REPRO_SEED"
@@ -61,9 +61,11 @@ def run(
         case.run_dir.mkdir(parents=True, exist_ok=False)
         env = {**request.launch.env, SEED_ENV: str(first + index), REPEAT_ENV: str(index)}
         launch = request.launch.model_copy(update={"env": env})
+        phases.emit(phases.PhaseKind.LAUNCHING, f"repeat {index + 1}")
         launched = backend.launch(
             prepared, dataclasses.replace(request, launch=launch, cases=(case,))
         )
+        phases.emit(phases.PhaseKind.JUDGING, f"repeat {index + 1}")
         judgement = judge_case(repro, case, launched, None)
         sample = {
             "repeat": index,
@@ -83,7 +85,7 @@ def run(
         if pool is None:  # one at a time, in this thread (where an interrupt lands)
             return [one(index) for index in indexes]
         try:
-            return list(pool.map(one, indexes))
+            return list(pool.map(phases.in_context(one), indexes))
         except KeyboardInterrupt:
             cancel = capabilities.canceller(backend)
             if cancel is not None:
