@@ -25,6 +25,7 @@ from matplotlib.ticker import MaxNLocator
 from packaging.version import InvalidVersion, Version
 
 from reprobox.core.records import Record
+from reprobox.report.metric_text import is_excess
 
 _RANK = re.compile(r"^(?P<family>.+?)[_-]?(?P<kind>rank|seed)(?P<n>\d+)$")
 _FACTOR = re.compile(r"_over_|factor|ratio", re.IGNORECASE)
@@ -104,8 +105,9 @@ def metric_bars(
 
 
 def is_factor(metric: str) -> bool:
-    """A metric that is a ratio to the correct value (`lm_head_over_mean`): 1x is right."""
-    return bool(_FACTOR.search(metric))
+    """A metric that is a ratio to the correct value (`lm_head_over_mean`): 1x is right
+    (an excess over a tolerance is no ratio: 0 is right there)."""
+    return bool(_FACTOR.search(metric)) and not is_excess(metric)
 
 
 def series_families(series: dict[str, object]) -> dict[str, dict[str, list[float]]]:
