@@ -261,9 +261,7 @@ def write_report(
         note = plot_note(len(made), options.ci_run_url)
         comment_body = [*comment_head, *results, *rest, builder.footer(comment=True)]
         comment_sections = [_scrubbed(s, scrub) for s in comment_body]
-        comment, fitted = comment_parts(
-            comment_sections, scrub.text(note), comment_marker(name)
-        )
+        comment, fitted = comment_parts(comment_sections, scrub.text(note), comment_marker(name))
         (tmp / "comment.md").write_text(comment)
         omitted = [{"name": shown, "path": str(path)} for shown, path in omitted_files(fitted)]
         (tmp / OMITTED_FILE).write_text(json.dumps(omitted, indent=1) + "\n")

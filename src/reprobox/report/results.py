@@ -35,9 +35,7 @@ def results(b: Builder) -> list[Section]:
                 verdict += f" ({md.text(repeated.summary(r.stat))})"
             if r.status in (Status.MISMATCH, Status.ERROR, Status.UNDECIDED):
                 verdict += f" (expected {r.expect})"
-            rows.append(
-                [md.code(r.label), verdict, *(shown(r.metrics, m) for m in metrics)]
-            )
+            rows.append([md.code(r.label), verdict, *(shown(r.metrics, m) for m in metrics)])
         header = ["variant", "verdict", *(md.code(m) for m in metrics)]
         if b.platforms > 1:
             header.insert(1, "platform")
