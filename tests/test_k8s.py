@@ -124,7 +124,7 @@ def test_images_must_be_named_by_digest(ppo_root: Path) -> None:
     with pytest.raises(BadInput, match="not a Kubernetes quantity"):
         k8s.manifest(cells, options=k8s.K8sOptions(image="i@sha256:" + "0" * 64, memory="9 GB"))
     # an explicit --image is the caller's choice, tag or not
-    [_, job] = k8s.manifest(cells, options=k8s.K8sOptions(image="reg/rb/ppo:all"))
+    [_, job, _] = k8s.manifest(cells, options=k8s.K8sOptions(image="reg/rb/ppo:all"))
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "reg/rb/ppo:all"
 
 
@@ -134,7 +134,7 @@ def test_one_image_means_one_job(ppo_root: Path) -> None:
         image="reg/rb/ppo:all", parallelism=2, namespace="ml", cpu="500m", memory="3Gi", ttl_s=60
     )
     objects = k8s.manifest(cells, options=options)
-    assert [o["kind"] for o in objects] == ["ConfigMap", "Job"]
+    assert [o["kind"] for o in objects] == ["ConfigMap", "Job", "NetworkPolicy"]
     job = objects[1]
     assert job["metadata"]["namespace"] == "ml"
     assert job["spec"]["completions"] == 4 and job["spec"]["parallelism"] == 2
@@ -373,8 +373,9 @@ def test_k8s_collector_pod(ppo_root: Path, capsys: pytest.CaptureFixture) -> Non
     image = "reg.example/rb/ppo@sha256:" + "a" * 64
     args = _parse("k8s", "ppo", "--platform", "cpu", "--image", image, "--collector")
     assert args.handler(args) == 0
-    [pod] = _objects(capsys.readouterr().out)
+    [pod, policy] = _objects(capsys.readouterr().out)
     assert pod["kind"] == "Pod" and pod["spec"]["containers"][0]["image"] == image
+    assert policy["kind"] == "NetworkPolicy"
     [claim] = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
     assert claim["persistentVolumeClaim"]["readOnly"] is True
     assert pod["spec"]["containers"][0]["command"][0] == "sleep"

@@ -66,7 +66,7 @@ def test_the_cli_says_so_in_one_line(toy_root: Path, monkeypatch: pytest.MonkeyP
 
 def test_the_ci_run_and_step_summary_are_settings(tmp_path: Path) -> None:
     """GitHub's run variables are read with the others, so nothing below the CLI reads them."""
-    from reprobox.report.build import artifact_hint
+    from reprobox.report.build import plot_note
 
     run = {"GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "o/r"}
     assert Settings.from_env(run).ci_run_url is None  # one part missing: no link guessed
@@ -75,7 +75,8 @@ def test_the_ci_run_and_step_summary_are_settings(tmp_path: Path) -> None:
     )
     assert settings.ci_run_url == "https://github.com/o/r/actions/runs/42"
     assert settings.step_summary == tmp_path / "summary.md"
-    assert artifact_hint(settings.ci_run_url) == (
-        "the artifacts of https://github.com/o/r/actions/runs/42"
+    assert plot_note(3, settings.ci_run_url) == (
+        "*report.html, with 3 plots embedded, is in the artifacts of "
+        "https://github.com/o/r/actions/runs/42.*"
     )
-    assert artifact_hint(None) == "the report folder"
+    assert plot_note(3, None) == ""  # the reader has no report folder: not mentioned

@@ -14,8 +14,9 @@ generator from torch's global RNG, which `set_seed` controls.
 The check is the reporter's: `set_seed(s)`, `Accelerator()`, `DataLoader(range(10),
 batch_size=1, shuffle=True)`, `accelerator.prepare(...)`, read the epochs, for several seeds;
 the order each rank reads is gathered into the global order (rank r holds batches r, r+W, ...).
-Reproduced when two different seeds give the same order (metric `seed_pairs_same_order`, the
-fraction of seed pairs that do; a clean accelerate gives 0, the broken ones 1).
+Reproduced when two different seeds give the same order (metric `same_order_pairs`, the
+number of seed pairs that do, out of `same_order_pairs_of`; a clean accelerate gives 0 of 3,
+the broken ones 3 of 3).
 
 Run it by hand with 2 processes (gloo on CPU):
 
@@ -132,8 +133,10 @@ def measure(accelerator, args) -> dict:
     )
     distinct = len({json.dumps(epochs) for epochs in runs.values()})
     metrics = {
-        "seed_pairs_same_order": len(same) / len(pairs),
+        "same_order_pairs": float(len(same)),  # seed pairs giving the same order ...
+        "same_order_pairs_of": float(len(pairs)),  # ... of all pairs: "3 of 3"
         "distinct_orders": float(distinct),
+        "distinct_orders_of": float(len(args.seeds)),  # one per seed when clean
         "seeds": float(len(args.seeds)),
         "same_seed_rerun_differs": float(rerun != runs[args.seeds[0]]),
         "matches_unseeded_generator": float(
@@ -141,7 +144,7 @@ def measure(accelerator, args) -> dict:
         ),
         "epoch_coverage_errors": float(coverage_errors),
     }
-    reproduced = metrics["seed_pairs_same_order"] > 0
+    reproduced = metrics["same_order_pairs"] > 0
     if reproduced:
         reason = (
             f"{len(same)} of {len(pairs)} seed pairs give the same order "
@@ -159,7 +162,7 @@ def measure(accelerator, args) -> dict:
             for seed, epochs in runs.items()
         },
         "details": {
-            "seed_pairs_same_order": [list(p) for p in same],
+            "same_order_pairs": [list(p) for p in same],
             "distributed_type": str(accelerator.distributed_type),
         },
     }

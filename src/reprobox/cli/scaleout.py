@@ -41,7 +41,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="use the images pushed to this registry (default: the newest push of each)",
     )
     kube.add_argument(
-        "--image", help="one explicit image for every cell (then a single Job); use a digest"
+        "--image",
+        help="one explicit image for every cell (then a single Job); use a digest. Refused "
+        "when the cells need more than one environment (variants or packages with other pins)",
+    )
+    kube.add_argument(
+        "--image-for-all",
+        action="store_true",
+        help="with --image: put it on every cell even where the cell's pins differ (each such "
+        "cell then measures the image's packages, not its own)",
     )
     kube.add_argument("--out", type=Path, help="write the YAML here (default: stdout)")
     kube.add_argument(
@@ -111,8 +119,11 @@ def cmd_k8s(args: argparse.Namespace) -> int:
 
     settings = options.settings(args)
     cells = jobs.job_cells(settings.root, args.repro, args.cells, args.platform, _axes(args))
+    if args.image_for_all and not args.image:
+        raise BadInput("--image-for-all goes with --image IMAGE")
     pods = k8s.K8sOptions(
         image=args.image,
+        image_for_all=args.image_for_all,
         claim=args.claim,
         namespace=args.namespace,
         parallelism=args.parallelism,
@@ -129,9 +140,17 @@ def cmd_k8s(args: argparse.Namespace) -> int:
         )
     if args.collector:
         image = args.image or images[cells[0].index]
-        objects = [k8s.collector(args.repro, image, pods)]
+        objects = [k8s.collector(args.repro, image, pods), k8s.network_policy(args.repro, pods)]
     else:
-        objects = k8s.manifest(cells, images, pods)
+        environments = k8s.cell_environments(spec.load(settings.root, args.repro), cells)
+        objects = k8s.manifest(cells, images, pods, environments)
+        kinds = len(set(environments.values()))
+        if args.image and kinds > 1:  # --image-for-all: asked for, and said
+            ui.info(
+                f"reprobox: warning: --image-for-all: {len(cells)} cells of {kinds} "
+                f"environments all run {args.image}; a cell whose pins the image lacks "
+                "measures the image's packages, not its own"
+            )
     text = k8s.dump(objects)
     if args.out is None:
         sys.stdout.write(text)

@@ -5,8 +5,9 @@ gathers the stack's environment reports in the environment the bug's cell ran in
 (`environment`), and writes, from the same sections (`sections`):
 
 - `comment.md`: what a maintainer reads first, sized for an issue comment (which cannot
-  carry images): the result with versions and the metric (or the bisect's answer), the
-  expected behaviour, a minimal reproduction, results, what did not run, the environment;
+  carry images: the plots are named only by a CI run's artifacts link, see `plot_note`):
+  the result with versions and the metric (or the bisect's answer), the expected behaviour,
+  a minimal reproduction, results, what did not run, the environment;
 - `report.md`: the same with a title and the plots, for the repository or an artifact;
 - `report.html`: report.md as one file with the plots embedded;
 - `results.json` (the records merged) and `plots/`.
@@ -133,17 +134,17 @@ def omitted_files(sections: Sequence[Section]) -> list[tuple[str, Path]]:
     return [(s.shown, s.source) for s in sections if s.omitted and s.source is not None]
 
 
-def comment_text(sections: list[Section], plot_note: str, marker: str = "") -> str:
-    """The sections as an issue comment: a line saying where the plots are (gh cannot
-    attach images), the whole within GitHub's size limit."""
-    return comment_parts(sections, plot_note, marker)[0]
+def comment_text(sections: list[Section], note: str, marker: str = "") -> str:
+    """The sections as an issue comment, `note` (where the plots are, if anywhere) after
+    them, the whole within GitHub's size limit."""
+    return comment_parts(sections, note, marker)[0]
 
 
 def comment_parts(
-    sections: list[Section], plot_note: str, marker: str = ""
+    sections: list[Section], note: str, marker: str = ""
 ) -> tuple[str, list[Section]]:
     """The comment's text and the sections as fitted (which files were left out)."""
-    tail = (f"\n{plot_note}\n" if plot_note else "") + (f"\n{marker}\n" if marker else "")
+    tail = (f"\n{note}\n" if note else "") + (f"\n{marker}\n" if marker else "")
     fitted = comment_fit(sections, tail)
     return _join(fitted) + tail, fitted
 
@@ -165,10 +166,14 @@ def with_files_link(comment: str, url: str, names: Sequence[str]) -> str:
     return comment[: marker + 1] + "\n" + line + comment[marker:]
 
 
-def artifact_hint(ci_run_url: str | None) -> str:
-    """Where a reader finds report.html and the PNGs: this CI run's artifacts (the settings
-    name the run, read at the CLI's edge), or the report folder."""
-    return f"the artifacts of {ci_run_url}" if ci_run_url else "the report folder"
+def plot_note(plots: int, ci_run_url: str | None) -> str:
+    """The comment's line about the plots. An issue comment cannot carry them (`gh` uploads
+    no image), so they are named only where the reader can open them: the artifacts of the
+    CI run that made the report (the settings name it, read at the CLI's edge). Elsewhere
+    they are on the reporter's disk only, and the comment does not mention them."""
+    if not plots or not ci_run_url:
+        return ""
+    return f"*report.html, with {plots} plots embedded, is in the artifacts of {ci_run_url}.*"
 
 
 def default_out(results: Path, name: str) -> Path:
@@ -253,13 +258,10 @@ def write_report(
         report_md = _join(report_sections)
         (tmp / "report.md").write_text(report_md)
         (tmp / "report.html").write_text(html.render(report_md, tmp, repro.spec.repro.title))
-        where = artifact_hint(options.ci_run_url)
-        plot_note = f"*{len(made)} plots are in report.html, in {where}.*" if made else ""
+        note = plot_note(len(made), options.ci_run_url)
         comment_body = [*comment_head, *results, *rest, builder.footer(comment=True)]
         comment_sections = [_scrubbed(s, scrub) for s in comment_body]
-        comment, fitted = comment_parts(
-            comment_sections, scrub.text(plot_note), comment_marker(name)
-        )
+        comment, fitted = comment_parts(comment_sections, scrub.text(note), comment_marker(name))
         (tmp / "comment.md").write_text(comment)
         omitted = [{"name": shown, "path": str(path)} for shown, path in omitted_files(fitted)]
         (tmp / OMITTED_FILE).write_text(json.dumps(omitted, indent=1) + "\n")

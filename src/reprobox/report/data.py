@@ -22,6 +22,7 @@ from reprobox.core.errors import BadInput, ExitCode
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import ForeignRecord, Record, RecordStore
+from reprobox.report.metric_text import is_total
 
 BISECT_DIR = "_bisect"
 EXTRA_METRICS = 3  # headline metrics shown beside the ones the verdict rule reads
@@ -195,6 +196,7 @@ def key_metrics(records: Sequence[Record], rule_metrics: Sequence[str]) -> list[
     separate reproduced from clean runs first, then any that vary; constants never."""
     rules = list(dict.fromkeys(rule_metrics))
     names = [m for r in records for m in r.metrics if m not in rules]
+    names = [m for m in names if not is_total(m, names + rules)]  # shown with its count
     separating, varying = [], []
     for name in dict.fromkeys(names):
         values = [(r.verdict, r.metrics[name]) for r in records if name in r.metrics]

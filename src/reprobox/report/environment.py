@@ -25,6 +25,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from reprobox.core.records import Record
+from reprobox.report.env_text import trim_stack_report
 from reprobox.report.scrub import looks_secret
 
 # (package, command, words) of the stack's own reports, in the order a comment shows them.
@@ -148,18 +149,12 @@ def stack_report(
             code, out = _run([str(python), str(script), *command[1:]], env, timeout)
             title = " ".join(command)
             if code == 0:
-                return EnvReport(title, _trim_report(out))
+                return EnvReport(title, trim_stack_report(title, out))
             said = out.splitlines()[-1] if out else ""
             why = f"exited {code}" if code is not None else out
             return EnvReport(title, "", f"{why}: {said}" if said and code is not None else why)
     shown = " ".join(commands[0])
     return EnvReport(shown, "", f"{package} {version} has no such command")
-
-
-def _trim_report(text: str) -> str:
-    """Drop the "copy-and-paste this" preamble: the comment already is the paste."""
-    lines = [line for line in text.splitlines() if not line.startswith("Copy-and-paste")]
-    return "\n".join(lines).strip()
 
 
 def trim_collect_env(

@@ -11,18 +11,21 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 from packaging.version import InvalidVersion, Version
 
 from reprobox.core.records import Record
+from reprobox.report.metric_text import is_excess
 
 _RANK = re.compile(r"^(?P<family>.+?)[_-]?(?P<kind>rank|seed)(?P<n>\d+)$")
 _FACTOR = re.compile(r"_over_|factor|ratio", re.IGNORECASE)
@@ -30,6 +33,13 @@ _VERDICT_COLOUR = {"reproduced": "#cf222e", "clean": "#1a7f37", "cannot_test": "
 _LINESTYLES = ["-", "--", ":", "-."]
 _VERDICT_HATCH = {"reproduced": "//", "clean": "", "cannot_test": "..", None: "xx"}
 MAX_SERIES_FIGURES = 12
+Families = dict[str, dict[str, list[float]]]  # family -> line (rank0, seed1, "") -> values
+
+
+def legend_outside(ax: Axes, **kwargs: Any) -> None:
+    """The legend right of the axes, never over them: a legend inside may sit on the one
+    point that shows the bug (kl's step 0), and "best" only minimises the overlap."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kwargs)
 
 
 def point_label(record: Record, platforms: int = 1) -> str:
@@ -60,7 +70,7 @@ def metric_bars(
     shown += sorted({r.variant for r in have} - set(shown))
     width = min(0.8 / max(len(shown), 1), 0.3)
     wide = 0.9 * len(points) * max(len(shown), 1) ** 0.5
-    fig, ax = plt.subplots(figsize=(min(max(6.0, wide), 14.0), 4.8))
+    fig, ax = plt.subplots(figsize=(min(max(6.0, wide), 14.0) + 1.8, 4.8))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, variant in enumerate(shown):
         xs, ys, hatches = [], [], []
@@ -89,14 +99,15 @@ def metric_bars(
     ax.set_xlim(-0.7, len(points) - 0.3)  # one point: bars of a sensible width, not the frame
     ax.set_ylabel(text(metric))
     ax.set_title(f"{text(metric)} per cell (hatched: reproduced)")
-    ax.legend(title="variant", fontsize=8)
+    legend_outside(ax, title="variant", fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
 
 
 def is_factor(metric: str) -> bool:
-    """A metric that is a ratio to the correct value (`lm_head_over_mean`): 1x is right."""
-    return bool(_FACTOR.search(metric))
+    """A metric that is a ratio to the correct value (`lm_head_over_mean`): 1x is right
+    (an excess over a tolerance is no ratio: 0 is right there)."""
+    return bool(_FACTOR.search(metric)) and not is_excess(metric)
 
 
 def series_families(series: dict[str, object]) -> dict[str, dict[str, list[float]]]:
@@ -125,8 +136,8 @@ def series_plots(
     variants: Sequence[str],
     text: Callable[[str], str] = str,
 ) -> list[tuple[str, Path]]:
-    """One figure per matrix point holding series: a panel per family (e.g. KL), a colour per
-    variant, a line style per rank. Returns (caption, path) pairs."""
+    """One figure per matrix point holding series (`series_figure`; seeds: `_seed_panels`).
+    Returns (caption, path) pairs."""
     platforms = len({r.platform for r in records})
     by_point: dict[str, list[Record]] = {}
     for record in records:
@@ -148,38 +159,90 @@ def series_plots(
                 (text(f"{', '.join(families)} per seed, one panel per variant - {point}"), path)
             )
             continue
-        fig, axes = plt.subplots(
-            len(families), 1, figsize=(7.5, 3.2 * len(families)), squeeze=False, sharex=True
-        )
-        colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-        for ax, family in zip(axes[:, 0], families, strict=True):
-            for i, (record, fams) in enumerate(per_record):
-                for k, (line, values) in enumerate(sorted(fams.get(family, {}).items())):
-                    name = f"{record.variant} {line}".strip()
-                    ax.plot(
-                        range(len(values)),
-                        values,
-                        marker="o",
-                        markersize=3,
-                        linestyle=_LINESTYLES[k % len(_LINESTYLES)],
-                        color=colours[i % len(colours)],
-                        label=text(f"{name} ({record.verdict or 'error'})"),
-                    )
-            ax.axhline(0.0, color="grey", linewidth=0.6)
-            ax.set_ylabel(text(family))
-            ax.set_title(text(f"{family} per step - {point}"))
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, ncol=2)
-        axes[-1, 0].set_xlabel("step")
-        axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
+        panels = same_families(per_record, families)
+        fig = series_figure(per_record, panels, point, text)
         slug = re.sub(r"[^A-Za-z0-9._=-]+", "_", point)[:80]
         path = _save(fig, out_dir / f"series_{number:02d}_{slug}.png")
-        made.append((text(f"{', '.join(families)} per step - {point}"), path))
+        made.append((text(series_caption(panels, point)), path))
     return made
 
 
+def same_families(
+    per_record: Sequence[tuple[Record, Families]], families: Sequence[str]
+) -> list[list[str]]:
+    """The families grouped into panels: two families whose series are equal in every
+    record (kl's `kl` and `local_kl`, trl's logged KL and its own formula, on a run where
+    they agree) share one panel instead of drawing the same picture twice."""
+    panels: list[list[str]] = []
+    for family in families:
+        for panel in panels:
+            if all(_equal(fams.get(panel[0]), fams.get(family)) for _, fams in per_record):
+                panel.append(family)
+                break
+        else:
+            panels.append([family])
+    return panels
+
+
+def _equal(a: dict[str, list[float]] | None, b: dict[str, list[float]] | None) -> bool:
+    if not a or not b or a.keys() != b.keys():
+        return False
+    return all(
+        len(a[k]) == len(b[k])
+        and all(
+            x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(a[k], b[k], strict=True)
+        )
+        for k in a
+    )
+
+
+def series_caption(panels: Sequence[Sequence[str]], point: str) -> str:
+    """`kl per step (local_kl equals kl in every run, drawn once) - default`."""
+    names = ", ".join(panel[0] for panel in panels)
+    same = [f"{' and '.join(p[1:])} equals {p[0]} in every run" for p in panels if len(p) > 1]
+    shared = f" ({'; '.join(same)}, drawn once)" if same else ""
+    return f"{names} per step{shared} - {point}"
+
+
+def series_figure(
+    per_record: Sequence[tuple[Record, Families]],
+    panels: Sequence[Sequence[str]],
+    point: str,
+    text: Callable[[str], str] = str,
+) -> Figure:
+    """A panel per family (or group of equal families), a colour per variant, a line style
+    per rank, the legend outside the axes."""
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(9.5, 3.2 * len(panels)), squeeze=False, sharex=True
+    )
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, panel in zip(axes[:, 0], panels, strict=True):
+        family = panel[0]
+        for i, (record, fams) in enumerate(per_record):
+            for k, (line, values) in enumerate(sorted(fams.get(family, {}).items())):
+                name = f"{record.variant} {line}".strip()
+                ax.plot(
+                    range(len(values)),
+                    values,
+                    marker="o",
+                    markersize=3,
+                    linestyle=_LINESTYLES[k % len(_LINESTYLES)],
+                    color=colours[i % len(colours)],
+                    label=text(f"{name} ({record.verdict or 'error'})"),
+                )
+        ax.axhline(0.0, color="grey", linewidth=0.6)
+        shown = " = ".join(panel)
+        ax.set_ylabel(text(shown))
+        ax.set_title(text(f"{shown} per step - {point}"))
+        ax.grid(alpha=0.3)
+        legend_outside(ax, fontsize=7)
+    axes[-1, 0].set_xlabel("step")
+    axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    return fig
+
+
 def _seed_panels(
-    per_record: list[tuple[Record, dict[str, dict[str, list[float]]]]],
+    per_record: list[tuple[Record, Families]],
     families: list[str],
     point: str,
     number: int,
@@ -189,7 +252,7 @@ def _seed_panels(
     """One panel per variant, its seeds overlaid: where the seeds give the same sequence
     (the bug), the lines lie on top of each other."""
     fig, axes = plt.subplots(
-        len(per_record), 1, figsize=(7.5, 2.6 * len(per_record)), squeeze=False, sharex=True
+        len(per_record), 1, figsize=(9.0, 2.6 * len(per_record)), squeeze=False, sharex=True
     )
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (record, fams) in zip(axes[:, 0], per_record, strict=True):
@@ -208,7 +271,7 @@ def _seed_panels(
                 )
         ax.set_title(text(f"{record.variant} ({record.verdict or 'error'}) - {point}"))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=3)
+        legend_outside(ax, fontsize=7)
     axes[-1, 0].set_xlabel("position")
     axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
     slug = re.sub(r"[^A-Za-z0-9._=-]+", "_", point)[:80]

@@ -12,6 +12,7 @@ from reprobox.core.judge import Status
 from reprobox.report import markdown as md
 from reprobox.report import plots
 from reprobox.report.markdown import Section
+from reprobox.report.metric_text import shown
 
 if TYPE_CHECKING:
     from reprobox.report.sections import Builder
@@ -34,9 +35,7 @@ def results(b: Builder) -> list[Section]:
                 verdict += f" ({md.text(repeated.summary(r.stat))})"
             if r.status in (Status.MISMATCH, Status.ERROR, Status.UNDECIDED):
                 verdict += f" (expected {r.expect})"
-            rows.append(
-                [md.code(r.label), verdict, *(md.number(r.metrics.get(m)) for m in metrics)]
-            )
+            rows.append([md.code(r.label), verdict, *(shown(r.metrics, m) for m in metrics)])
         header = ["variant", "verdict", *(md.code(m) for m in metrics)]
         if b.platforms > 1:
             header.insert(1, "platform")
