@@ -15,6 +15,8 @@ from test_report import NO_ENV, fake_repro, save_record
 
 from conftest import newest_records, reprobox
 from reprobox.core.cells import Cell
+from reprobox.core.judge import Status
+from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.report import build as report
 from reprobox.scaleout import jobs
@@ -174,7 +176,7 @@ def _table_row(variant: str) -> list[str]:
 def _forged_record(folder: Path, cell: Cell, **claims: object) -> None:
     """A record.json that says what the forger wants, beside the real output."""
     record = Record.for_cell(cell, folder)
-    record.status, record.verdict, record.exit_code = "match", "clean", 0
+    record.status, record.verdict, record.exit_code = Status.MATCH, Verdict.CLEAN, 0
     for name, value in claims.items():
         setattr(record, name, value)
     (folder / "record.json").write_text(json.dumps(record.to_json()))
