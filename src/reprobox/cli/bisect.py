@@ -5,6 +5,7 @@ with `register(subparsers)`."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import TYPE_CHECKING
 
 from reprobox.cli import cells, options, ui
@@ -124,6 +125,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if not args.commits and (args.repo or args.tag_format or args.first_parent is not True):
         raise BadInput("--repo, --tag-format and --first-parent go with --commits")
     strategy = _strategy(args, target)
+    if strategy.flaky:  # every probe one launch: the posterior weighs each (docs/noise.md)
+        target = dataclasses.replace(target, one_launch=True)
     with ui.BisectProgress(target.repro.name) as progress:
         if args.commits:
             if args.by_date:
