@@ -235,7 +235,7 @@ DECLARED_TOML = TOML.replace(
 # gives them), not a counter; each probe's seed is [verdict] seed plus its attempt's index.
 DECLARED_SCRIPT = SCRIPT.replace(
     'random.Random(f"{noisypkg.VERSION}-{n}")',
-    'random.Random(f"{noisypkg.VERSION}-{os.environ[\'REPRO_SEED\']}")',
+    "random.Random(f\"{noisypkg.VERSION}-{os.environ['REPRO_SEED']}\")",
 )
 
 
@@ -263,3 +263,19 @@ def test_a_declared_noisy_variant_is_bisected_one_launch_a_probe(noisy_root: Pat
         assert sample["repeat"] == probe.attempt - 1 and sample["seed"] == 7 + probe.attempt - 1
         seeds.add((probe.item, sample["seed"]))
     assert len(seeds) == summary.runs  # a re-probe is a new launch with a new seed
+
+
+def test_a_plain_bisect_of_an_undeclared_noisy_history_says_flaky(noisy_root: Path) -> None:
+    """Without --flaky (the repro declares no noise) the bisect trusts each probe, so noise
+    can steer it to a wrong boundary; its confirmation probes (the boundary pair re-run,
+    --confirm, default 2) disagree, and it says so with exit 1, never a wrong answer with 0."""
+    plain = [a for a in ARGS if a != "--flaky"]
+    done = reprobox(*plain)
+    last = done.stdout.strip().splitlines()[-1]
+    print(f"\n{last}")
+    summary = _summary(done.stderr)
+    if done.returncode == 0:  # an answer: it must be the right one
+        assert summary.status == "found" and summary.first == "1.3.0", last
+    else:
+        assert done.returncode == 1 and summary.status in ("flaky", "non-monotone"), last
+        assert "rerun with --flaky" in last, last
