@@ -33,9 +33,9 @@ def test_release_bisect_names_the_first_reproducing_release(toy_root: Path) -> N
     assert "between 1.25.0 and 1.26.4; " in last
     summary = _summary(done.stderr)
     assert summary["status"] == "found" and summary["first"] == "1.26.0"
-    # ceil(log2 N) + 2 endpoints, plus the boundary confirmations (--confirm 1)
+    # ceil(log2 N) + 2 endpoints, plus the boundary confirmations (--confirm 2)
     assert summary["distinct_probed"] <= math.ceil(math.log2(summary["items"])) + 2
-    assert summary["runs"] == summary["distinct_probed"] + 2
+    assert summary["runs"] == summary["distinct_probed"] + 4
     assert summary["verified"] == []  # 8 releases: no verify probes by default
 
     again = reprobox("bisect", "toy")  # same arguments: everything comes from the log

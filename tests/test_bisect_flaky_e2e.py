@@ -225,3 +225,57 @@ def test_a_noisy_bisect_with_two_workers_names_the_same_release(noisy_root: Path
     assert last.startswith(f"first reproducing release: {PACKAGE} 1.3.0 (posterior 0.99")
     summary = _summary(done.stderr)
     assert summary.runs > summary.distinct_probed and summary.strategy == "flaky"
+
+
+DECLARED_TOML = TOML.replace(
+    'reproduced_if = [{ metric = "hit", above = 0.5 }]',
+    'reproduced_if = [{ metric = "hit", above = 0.5 }]\nrepeats = 20\ntest = "sprt"\nseed = 7',
+).replace('script = "noisy.py"', 'script = "declared.py"')
+# Declared noisy: its randomness is the launch's REPRO_SEED (one seed a launch, as the harness
+# gives them), not a counter; each probe's seed is [verdict] seed plus its attempt's index.
+DECLARED_SCRIPT = SCRIPT.replace(
+    'random.Random(f"{noisypkg.VERSION}-{n}")',
+    "random.Random(f\"{noisypkg.VERSION}-{os.environ['REPRO_SEED']}\")",
+)
+
+
+def test_a_declared_noisy_variant_is_bisected_one_launch_a_probe(noisy_root: Path) -> None:
+    """A variant that declares `[verdict] repeats` is bisected flake-aware by default, and
+    every probe is ONE launch, an observation for the posterior: not a repeated verdict
+    (up to 20 launches a probe, and undecided would stop the bisect)."""
+    directory = noisy_root / "repros" / "declared"
+    directory.mkdir()
+    (directory / "repro.toml").write_text(DECLARED_TOML)
+    (directory / "declared.py").write_text(DECLARED_SCRIPT)
+    args = ["bisect", "declared", "--package", PACKAGE, "--good", "1.0.0", "--bad", "1.5.0"]
+    done = reprobox(*args, "--variant", "broken")  # no --flaky: the declaration turns it on
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"first reproducing release: {PACKAGE} 1.3.0 (posterior 0.99"), last
+    summary = _summary(done.stderr)
+    assert summary.strategy == "flaky" and summary.runs > summary.distinct_probed
+    seeds = set()
+    for probe in summary.probes:
+        record = json.loads((Path(str(probe.record)) / "record.json").read_text())
+        assert record["verdict"] in ("clean", "reproduced")
+        assert len(record["samples"]) == 1, record["samples"]  # one launch a probe
+        [sample] = record["samples"]
+        assert sample["repeat"] == probe.attempt - 1 and sample["seed"] == 7 + probe.attempt - 1
+        seeds.add((probe.item, sample["seed"]))
+    assert len(seeds) == summary.runs  # a re-probe is a new launch with a new seed
+
+
+def test_a_plain_bisect_of_an_undeclared_noisy_history_says_flaky(noisy_root: Path) -> None:
+    """Without --flaky (the repro declares no noise) the bisect trusts each probe, so noise
+    can steer it to a wrong boundary; its confirmation probes (the boundary pair re-run,
+    --confirm, default 2) disagree, and it says so with exit 1, never a wrong answer with 0."""
+    plain = [a for a in ARGS if a != "--flaky"]
+    done = reprobox(*plain)
+    last = done.stdout.strip().splitlines()[-1]
+    print(f"\n{last}")
+    summary = _summary(done.stderr)
+    if done.returncode == 0:  # an answer: it must be the right one
+        assert summary.status == "found" and summary.first == "1.3.0", last
+    else:
+        assert done.returncode == 1 and summary.status in ("flaky", "non-monotone"), last
+        assert "rerun with --flaky" in last, last

@@ -194,9 +194,9 @@ def test_the_cli_exits_1_on_a_non_monotone_history(
     monkeypatch.setattr(releases, "release_probes", fake_probes)
     monkeypatch.setattr(sweep_module, "release_probes", fake_probes)
     args = ["--package", "transformers", "--variant", "broken"]
-    code = cli_main.main(
-        ["bisect", "hist", *args, "--good", "4.49.0", "--bad", "4.47.0", "--verify", "2"]
-    )
+    ends = ["--good", "4.49.0", "--bad", "4.47.0", "--verify", "2"]
+    # --confirm 1: its probes are the sweep's 8 verdicts on disk below
+    code = cli_main.main(["bisect", "hist", *args, *ends, "--confirm", "1"])
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 1 and out[-1].startswith("non-monotone: transformers 4.48.0 reproduces")
     code = cli_main.main(["sweep", "hist", *args, "--range", ">=4.47.0,<=4.49.0"])

@@ -77,6 +77,8 @@ class Target:
     backend: Backend | None = None
     overrides: Mapping[str, str] = field(default_factory=dict)
     commits: Mapping[str, str] = field(default_factory=dict)  # package -> sha or checkout state
+    # a flaky bisect: a probe of a noisy variant is one launch, an observation (run/repeats.py)
+    one_launch: bool = False
 
     def packages(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """A probe's package overrides: the target's, then the item's own (`extra`)."""
@@ -419,6 +421,7 @@ def pipeline_probes(
             timeout=options.timeout,
             lock=lock_of(item),
             results_base=runs,
+            only_launch=attempt - 1 if target.one_launch else None,
         )
         cell = cell_of(item).on(platform)
         [record] = pipeline.run_cells(repro, [cell], backend, store, settings, probe_options)

@@ -290,7 +290,8 @@ def answer(
     if summary.status == "flaky":
         return (
             f"flaky: {subject}{', '.join(summary.flaky)} gave different verdicts when "
-            "repeated; no boundary claimed"
+            "repeated; no boundary claimed (the outcome is noisy: rerun with --flaky, or "
+            "declare [verdict] repeats)"
         )
     if summary.status == "non-monotone":
         listed = ", ".join(
@@ -301,7 +302,8 @@ def answer(
         return (
             f"non-monotone: {listed}, against the bisect's answer (first {kind} {noun}: "
             f"{subject}{summary.first}); the verdict changes more than once between "
-            f"{ends[0]} and {ends[1]}, so no boundary is claimed{suggest}"
+            f"{ends[0]} and {ends[1]}, so no boundary is claimed (if the outcome is noisy, "
+            f"rerun with --flaky){suggest}"
         )
     if summary.status == "found":
         core = f"first {kind} {noun}: {subject}{summary.first}"

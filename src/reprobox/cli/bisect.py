@@ -5,6 +5,7 @@ with `register(subparsers)`."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from reprobox.cli import cells, options, ui
@@ -137,6 +138,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     strategy = _strategy(args, target)
     if args.commits and args.by_date:
         raise BadInput("--commits and --by-date are two kinds of bisect: pick one")
+    if strategy.flaky:  # every probe one launch: the posterior weighs each (docs/noise.md)
+        target = dataclasses.replace(target, one_launch=True)
     if args.dry_run:
         return _dry_run(args, target, defaults, strategy)
     with BisectProgress(target.repro.name) as progress:

@@ -61,6 +61,9 @@ class RunOptions:
     lock: Path | None = None  # run against this lock instead (date-bisection probes)
     results_base: Path | None = None  # keep run dirs here instead (bisection probes)
     workers: int = 1  # launches at once, on a back end that allows it (`concurrent`)
+    # A flaky bisect's probe of a noisy cell: this one launch (its REPRO_REPEAT), an
+    # observation for the bisect's posterior, not a verdict from repeated launches.
+    only_launch: int | None = None
 
 
 # ---- the pipeline ---------------------------------------------------------------------------
@@ -327,8 +330,9 @@ def _launch_group(
         assert lead.prepared is not None
         if repeats.declared(repro, lead.cell.variant):
             repeats.run(
-                repro, lead.record, lead.prepared, request, backend, options.workers, judge_case
-            )
+                repro, lead.record, lead.prepared, request, backend, options.workers, judge_case,
+                options.only_launch,
+            )  # fmt: skip
             return
         processes = request.launch.processes
         phases.emit(phases.PhaseKind.LAUNCHING, f"{processes} process{'es' * (processes != 1)}")

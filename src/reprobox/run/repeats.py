@@ -6,7 +6,9 @@ drawn once per cell and recorded) and `REPRO_REPEAT` (its index from 0), its own
 (`repeat-NNN/` under the cell's run folder), and the one judge; `core.repeated` turns the
 judgements into the cell's one. On a back end that runs launches apart (`concurrent`) with
 `--workers K`, K launches run at once. A repro without `repeats` never comes here: it runs
-exactly one launch, as always.
+exactly one launch, as always. A flaky bisect's probe (`only`) is one launch of the cell, the
+n-th, judged alone: the bisect's posterior weighs every launch, so a probe is one observation,
+never a repeated verdict (which could end undecided and stop the bisect).
 """
 
 from __future__ import annotations
@@ -46,9 +48,11 @@ def run(
     backend: Backend,
     workers: int,
     judge_case: JudgeCase,
+    only: int | None = None,
 ) -> None:
     """Launch the request's one case repeatedly and put the cell's judgement in `record`
-    (its samples kept in it as they come: an interrupt saves every launch already judged)."""
+    (its samples kept in it as they come: an interrupt saves every launch already judged);
+    with `only`, launch that repeat alone (its seed and REPRO_REPEAT) and keep its verdict."""
     cell = request.lead.cell
     section = repro.verdict(cell.variant)
     first = section.seed if section.seed is not None else secrets.randbelow(SEED_RANGE)
@@ -92,6 +96,11 @@ def run(
                 cancel()
             raise
 
+    if only is not None:
+        _, judgement, launched, sample = one(only)
+        record.apply(judgement, launched)
+        record.samples = [sample]
+        return
     pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="repeat") if width > 1 else None
     last: Launched | None = None
     wall = 0.0
