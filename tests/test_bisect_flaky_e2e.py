@@ -56,12 +56,17 @@ expect = "unknown"
 """
 
 SCRIPT = """\
-import json, os, random, sys
+import fcntl, json, os, random, sys
 from pathlib import Path
 import noisypkg
 counter = Path(__file__).with_name("runs.count")  # the n-th run of this repro, any release
-n = int(counter.read_text()) if counter.exists() else 0
-counter.write_text(str(n + 1))
+with open(counter, "a+") as held:  # --workers 2 runs two at once: one reader at a time
+    fcntl.flock(held, fcntl.LOCK_EX)
+    held.seek(0)
+    n = int(held.read() or 0)
+    held.seek(0)
+    held.truncate()
+    held.write(str(n + 1))
 hit = noisypkg.GATE and random.Random(f"{noisypkg.VERSION}-{n}").random() < 0.7
 verdict = "reproduced" if hit else "clean"
 result = {"schema": 1, "variant": "broken", "verdict": verdict,

@@ -61,7 +61,7 @@ def test_bisect_dry_run_plans_and_launches_nothing(toy_root: Path) -> None:
         "1.26.2, 1.26.3, 1.26.4"
     )
     assert lines[1] == "ends it checks first: 1.25.0 and 1.26.4"
-    assert lines[2].startswith("expected probes: at most 7 (binary; 2 ends + ceil(log2(7 gaps))")
+    assert lines[2].startswith("expected probes: at most 9 (binary; 2 ends + ceil(log2(7 gaps))")
     assert lines[3] == "nothing launched (--dry-run)"
     planned = reprobox("bisect", "toy", "--dry-run", "--json", "--workers", "3")
     doc = json.loads(planned.stdout)
@@ -87,10 +87,10 @@ def test_bisect_and_sweep_print_their_summary(toy_root: Path) -> None:
     assert doc["command"] == "bisect" and doc["summary"]["first"] == "1.26.0"
     assert doc["summary"]["status"] == "found"
     assert doc["summary"] == json.loads(Path(doc["summary_path"]).read_text())
-    # 2 ends + ceil(log2(7 gaps)) + 2 confirm probes, counted down as they run (0: unsaid)
+    # 2 ends + ceil(log2(7 gaps)) + 2 x 2 confirm probes, counted down as they run (0: unsaid)
     probes = [line for line in done.stderr.splitlines() if line.startswith("probe ")]
     assert [line.rpartition("; about ")[2] for line in probes] == [
-        "6 steps left", "5 steps left", "4 steps left", "3 steps left", "2 steps left",
-        "1 step left", probes[-1].rpartition("; about ")[2],
+        "8 steps left", "7 steps left", "6 steps left", "5 steps left", "4 steps left",
+        "3 steps left", "2 steps left", "1 step left", probes[-1].rpartition("; about ")[2],
     ], probes  # fmt: skip
     assert "steps left" not in probes[-1] and "step left" not in probes[-1]
