@@ -12,9 +12,11 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from shared_runs import SharedRun, default_run, shared_dir
 
 from fakes import write_repro as write_repro  # its old home: older imports keep working
 
@@ -63,6 +65,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def default_runs(
+    tmp_path_factory: pytest.TempPathFactory, worker_id: str
+) -> Callable[[str], SharedRun]:
+    """`default_runs(NAME)`: the repro's real default run (`reprobox run NAME`), made once
+    per session for every worker that asks (tests/shared_runs.py)."""
+    where = shared_dir(tmp_path_factory.getbasetemp(), worker_id)
+    return lambda name: default_run(name, where)
 
 
 @pytest.fixture
