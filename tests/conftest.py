@@ -25,6 +25,18 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 
 TIERS = ("slow", "e2e")  # scheduled first, in this order: the longest tests start earliest
+# Groups that mostly wait (a Slurm job's time limit, a node's heartbeat, a rendezvous timeout)
+# rather than compute: they start first, each on its own worker, while the other workers run
+# the longest computing tests beside them (`make test` has a worker for each of them).
+WAITING = ("tests/test_slurm.py", "tests/test_multinode.py")
+# The longest computing tests of the last full run (seconds, call phase: 424, 280, 162, 102):
+# first in their tier, so that none is left alone at the end.
+LONGEST = (
+    "tests/test_comment_paste_e2e.py::test_the_pasted_comment_gives_the_harness_verdicts[kl]",
+    "tests/test_kl.py::test_signed_kl_is_recorded_with_a_conclusion_from_its_own_numbers",
+    "tests/test_kl.py::test_release_bisect_names_trl_0_7_2",
+    "tests/test_kl.py::test_newer_generations",
+)
 
 
 def xdist_group_of(item: pytest.Item) -> str | None:
@@ -44,22 +56,31 @@ def xdist_group_of(item: pytest.Item) -> str | None:
     return None
 
 
+def schedule_rank(item: pytest.Item, group: str | None) -> tuple[int, int, int]:
+    """Where an item goes in the run's order: the waiting groups, then the slow tier (the
+    longest first), the end-to-end tier and the rest. xdist hands out a group where its first
+    item stands (with
+    `--no-loadscope-reorder`, which the nox session passes; xdist's own order puts the largest
+    groups first, so both waiting groups would start on the only two workers)."""
+    marked = [i for i, name in enumerate(TIERS) if item.get_closest_marker(name)]
+    longest = LONGEST.index(item.nodeid) if item.nodeid in LONGEST else len(LONGEST)
+    return (0 if group in WAITING else 1, marked[0] if marked else len(TIERS), longest)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist: give every item its group, and start the slow and end-to-end tests first
-    so that no long test is left to run alone at the end. A plain run keeps file order."""
+    """Under xdist: give every item its group, and start the waiting groups, then the slow
+    and end-to-end tests first so that no long test is left to run alone at the end. A plain
+    run keeps file order."""
     if getattr(config.option, "dist", "no") == "no":
         return
+    ranks = {}
     for item in items:
         group = xdist_group_of(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-
-    def tier(item: pytest.Item) -> int:
-        marked = [i for i, name in enumerate(TIERS) if item.get_closest_marker(name)]
-        return marked[0] if marked else len(TIERS)
-
-    items.sort(key=tier)
+        ranks[item.nodeid] = schedule_rank(item, group)
+    items.sort(key=lambda item: ranks[item.nodeid])
 
 
 @pytest.fixture
