@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 import pytest
@@ -67,20 +67,45 @@ def schedule_rank(item: pytest.Item, group: str | None) -> tuple[int, int, int]:
     return (0 if group in WAITING else 1, marked[0] if marked else len(TIERS), longest)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)  # around xdist's own hook, which reads the groups into the ids
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Generator[None, None, None]:
     """Under xdist: give every item its group, and start the waiting groups, then the slow
     and end-to-end tests first so that no long test is left to run alone at the end. A plain
-    run keeps file order."""
-    if getattr(config.option, "dist", "no") == "no":
-        return
-    ranks = {}
-    for item in items:
-        group = xdist_group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-        ranks[item.nodeid] = schedule_rank(item, group)
-    items.sort(key=lambda item: ranks[item.nodeid])
+    run keeps file order. The items xdist schedules are its workers' collections; a worker's
+    own option says dist "no" (xdist resets it there), so its `loadgroup` option is what tells
+    a worker of a grouped run. Each grouped id ends in `@GROUP`, which is what xdist's
+    scheduler groups by; xdist's own hook left the ids bare here, so every group was split
+    across the workers (a Slurm cluster started per worker, container tests side by side)."""
+    worker_of_a_grouped_run = getattr(config.option, "loadgroup", False)
+    groups: dict[str, str] = {}
+    if getattr(config.option, "dist", "no") != "no" or worker_of_a_grouped_run:
+        ranks = {}
+        for item in items:
+            group = xdist_group_of(item)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+                groups[item.nodeid] = group
+            ranks[item.nodeid] = schedule_rank(item, group)
+        items.sort(key=lambda item: ranks[item.nodeid])
+    result = yield
+    for item in items if worker_of_a_grouped_run else ():
+        group = groups.get(item.nodeid)
+        if group is not None and not item.nodeid.endswith(f"@{group}"):
+            _set_nodeid(item, f"{item.nodeid}@{group}")
+    return result
+
+
+def _set_nodeid(item: pytest.Item, nodeid: str) -> None:
+    """What xdist's own hook does (`item._nodeid = ...`), for pytest 9, whose ids are
+    structured (`item._id`) and ignore `_nodeid`."""
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(nodeid)
+    else:
+        item._nodeid = nodeid
 
 
 @pytest.fixture
