@@ -1,7 +1,8 @@
 # reprobox entry points. A fresh machine needs only python3 (3.11) and make:
 #   make repro   the main job: every repro's default variants on CPU, a verdict table at the end
 #   make test    the test suite (unit tests + real end-to-end runs of each repro), on
-#                REPROBOX_TEST_WORKERS pytest-xdist workers (default 2; 0 = one process)
+#                REPROBOX_TEST_WORKERS pytest-xdist workers (default 4: two of them mostly
+#                wait on Slurm; 0 = one process); make test-quick, the unit tier, on 2
 # Everything else is installed on first use: nox and uv (a .venv), the repro environments with
 # CPU torch (see docs/setup.md, "Environments", for where torch comes from), and what the system must
 # provide (scripts/setup-system.sh: g++ and ninja; for the tests also podman and a base image),
@@ -36,7 +37,7 @@ test: system $(STAMP)
 	$(NOX) -s tests
 
 test-quick: $(STAMP)
-	$(NOX) -s tests -- -m "not e2e and not slow and not container"
+	REPROBOX_TEST_WORKERS=$${REPROBOX_TEST_WORKERS:-2} $(NOX) -s tests -- -m "not e2e and not slow and not container"
 
 lint: $(STAMP)
 	$(NOX) -s lint

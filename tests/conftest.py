@@ -12,9 +12,11 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 import pytest
+from shared_runs import SharedRun, default_run, shared_dir
 
 from fakes import write_repro as write_repro  # its old home: older imports keep working
 
@@ -23,6 +25,18 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 
 TIERS = ("slow", "e2e")  # scheduled first, in this order: the longest tests start earliest
+# Groups that mostly wait (a Slurm job's time limit, a node's heartbeat, a rendezvous timeout)
+# rather than compute: they start first, each on its own worker, while the other workers run
+# the longest computing tests beside them (`make test` has a worker for each of them).
+WAITING = ("tests/test_slurm.py", "tests/test_multinode.py")
+# The longest computing tests of the last full run (seconds, call phase: 424, 280, 162, 102):
+# first in their tier, so that none is left alone at the end.
+LONGEST = (
+    "tests/test_comment_paste_e2e.py::test_the_pasted_comment_gives_the_harness_verdicts[kl]",
+    "tests/test_kl.py::test_signed_kl_is_recorded_with_a_conclusion_from_its_own_numbers",
+    "tests/test_kl.py::test_release_bisect_names_trl_0_7_2",
+    "tests/test_kl.py::test_newer_generations",
+)
 
 
 def xdist_group_of(item: pytest.Item) -> str | None:
@@ -42,27 +56,71 @@ def xdist_group_of(item: pytest.Item) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist: give every item its group, and start the slow and end-to-end tests first
-    so that no long test is left to run alone at the end. A plain run keeps file order."""
-    if getattr(config.option, "dist", "no") == "no":
-        return
-    for item in items:
-        group = xdist_group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+def schedule_rank(item: pytest.Item, group: str | None) -> tuple[int, int, int]:
+    """Where an item goes in the run's order: the waiting groups, then the slow tier (the
+    longest first), the end-to-end tier and the rest. xdist hands out a group where its first
+    item stands (with
+    `--no-loadscope-reorder`, which the nox session passes; xdist's own order puts the largest
+    groups first, so both waiting groups would start on the only two workers)."""
+    marked = [i for i, name in enumerate(TIERS) if item.get_closest_marker(name)]
+    longest = LONGEST.index(item.nodeid) if item.nodeid in LONGEST else len(LONGEST)
+    return (0 if group in WAITING else 1, marked[0] if marked else len(TIERS), longest)
 
-    def tier(item: pytest.Item) -> int:
-        marked = [i for i, name in enumerate(TIERS) if item.get_closest_marker(name)]
-        return marked[0] if marked else len(TIERS)
 
-    items.sort(key=tier)
+@pytest.hookimpl(wrapper=True)  # around xdist's own hook, which reads the groups into the ids
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Generator[None, None, None]:
+    """Under xdist: give every item its group, and start the waiting groups, then the slow
+    and end-to-end tests first so that no long test is left to run alone at the end. A plain
+    run keeps file order. The items xdist schedules are its workers' collections; a worker's
+    own option says dist "no" (xdist resets it there), so its `loadgroup` option is what tells
+    a worker of a grouped run. Each grouped id ends in `@GROUP`, which is what xdist's
+    scheduler groups by; xdist's own hook left the ids bare here, so every group was split
+    across the workers (a Slurm cluster started per worker, container tests side by side)."""
+    worker_of_a_grouped_run = getattr(config.option, "loadgroup", False)
+    groups: dict[str, str] = {}
+    if getattr(config.option, "dist", "no") != "no" or worker_of_a_grouped_run:
+        ranks = {}
+        for item in items:
+            group = xdist_group_of(item)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+                groups[item.nodeid] = group
+            ranks[item.nodeid] = schedule_rank(item, group)
+        items.sort(key=lambda item: ranks[item.nodeid])
+    result = yield
+    for item in items if worker_of_a_grouped_run else ():
+        group = groups.get(item.nodeid)
+        if group is not None and not item.nodeid.endswith(f"@{group}"):
+            _set_nodeid(item, f"{item.nodeid}@{group}")
+    return result
+
+
+def _set_nodeid(item: pytest.Item, nodeid: str) -> None:
+    """What xdist's own hook does (`item._nodeid = ...`), for pytest 9, whose ids are
+    structured (`item._id`) and ignore `_nodeid`."""
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(nodeid)
+    else:
+        item._nodeid = nodeid
 
 
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def default_runs(
+    tmp_path_factory: pytest.TempPathFactory, worker_id: str
+) -> Callable[[str], SharedRun]:
+    """`default_runs(NAME)`: the repro's real default run (`reprobox run NAME`), made once
+    per session for every worker that asks (tests/shared_runs.py)."""
+    where = shared_dir(tmp_path_factory.getbasetemp(), worker_id)
+    return lambda name: default_run(name, where)
 
 
 @pytest.fixture

@@ -4,10 +4,13 @@ harness measured.
 
 The block is run as written. Only three things come from outside it: each launcher line is
 followed by an `echo` of its exit status (the test's reading, not a change to the line);
-pip's own configuration (this machine's find-links, PIP_RETRIES=0) supplies the CPU torch
-wheel, because the PyTorch CPU index the block names cannot be reached from here; and the
-files a comment has no room for (kl's) are copied from the report folder, standing in for
-the secret gist `report --post` links.
+pip's own configuration (PIP_NO_INDEX, PIP_FIND_LINKS) supplies every distribution from a
+wheelhouse of the repro's locked wheels, torch's CPU wheel included (the PyTorch CPU index
+the block names cannot be reached from here), downloaded once by `reprobox wheelhouse` into
+the harness's cache, so pip resolves the block's pins and installs them into each fresh venv
+with no network; and the files a comment has no room for (kl's) are copied from the report
+folder, standing in for the secret gist `report --post` links. The harness's verdicts are
+those of the session's shared default run (`default_runs`, checked in test_repros_e2e).
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from shared_runs import SharedRun, wheelhouse
 
-from conftest import newest_records, reprobox
+from conftest import ROOT, newest_records, reprobox
 
 pytestmark = pytest.mark.e2e
 
@@ -63,13 +68,16 @@ def _paste(comment: str, into: Path, omitted: list[dict[str, str]]) -> str:
     "repro", ["lm_head", "shuffle_seed", pytest.param("kl", marks=pytest.mark.slow)]
 )
 def test_the_pasted_comment_gives_the_harness_verdicts(
-    repro: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    repro: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    default_runs: Callable[[str], SharedRun],
 ) -> None:
-    results = tmp_path / "results"
-    monkeypatch.setenv("REPROBOX_RESULTS", str(results))
-    done = reprobox("run", repro)
+    done = default_runs(repro)  # `reprobox run REPRO`
     assert done.returncode == 0, done.stdout + done.stderr
-    measured = {r["variant"]: r["verdict"] for r in newest_records(results, repro).values()}
+    monkeypatch.setenv("REPROBOX_RESULTS", str(done.results))
+    measured = {r["variant"]: r["verdict"] for r in newest_records(done.results, repro).values()}
+    wheels = wheelhouse(ROOT, repro)
     made = reprobox("report", repro, "--no-env", "--out", str(tmp_path / "report"))
     assert made.returncode == 0, made.stdout + made.stderr
     comment = (tmp_path / "report" / "comment.md").read_text()
@@ -84,7 +92,8 @@ def test_the_pasted_comment_gives_the_harness_verdicts(
         for k, v in os.environ.items()
         if not k.startswith(("REPRO", "VIRTUAL_ENV", "PYTHONPATH", "UV_"))
     }
-    env |= {"PIP_RETRIES": "0", "PIP_TIMEOUT": "5"}
+    env |= {"PIP_RETRIES": "0", "PIP_TIMEOUT": "5", "PIP_NO_INDEX": "1",
+            "PIP_FIND_LINKS": str(wheels)}  # fmt: skip
     ran = subprocess.run(
         ["bash", "-c", script], cwd=folder, env=env, capture_output=True, text=True, timeout=1500
     )

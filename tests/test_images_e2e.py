@@ -12,11 +12,13 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from gitrepo_fixture import PACKAGE, FlagRepo, make_repo
+from shared_runs import SharedRun
 
 from conftest import FIXTURES, ROOT, newest_records, reprobox
 from reprobox.core import spec
@@ -67,23 +69,29 @@ def _containers(engine: images.Engine, settle_s: float = 15.0) -> list[str]:
 
 
 def _venv_then_image(
-    repro: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    repro: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    default_runs: Callable[[str], SharedRun],
 ) -> tuple[dict[str, dict], dict[str, dict]]:
-    """broken and fixed run in their venvs, then in their images: the newest records of each."""
-    variants = ["--variant", "broken", "--variant", "fixed"]
-    monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "venv"))
-    venv = reprobox("run", repro, *variants, timeout=3600)
+    """broken and fixed in their venvs (the session's shared default run), then in their
+    images: the newest records of each."""
+    venv = default_runs(repro)
     assert venv.returncode == 0, venv.stderr
     monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "image"))
+    variants = ["--variant", "broken", "--variant", "fixed"]
     boxed = reprobox("image", repro, *variants, "--run", *_image_args(), timeout=3600)
     assert boxed.returncode == 0, boxed.stderr
-    return newest_records(tmp_path / "venv", repro), newest_records(tmp_path / "image", repro)
+    return newest_records(venv.results, repro), newest_records(tmp_path / "image", repro)
 
 
 def test_lm_head_image_reaches_the_venv_verdicts(
-    engine: images.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    engine: images.Engine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    default_runs: Callable[[str], SharedRun],
 ) -> None:
-    in_venv, in_image = _venv_then_image("lm_head", tmp_path, monkeypatch)
+    in_venv, in_image = _venv_then_image("lm_head", tmp_path, monkeypatch, default_runs)
     for variant in ("broken", "fixed"):
         assert in_image[variant]["verdict"] == in_venv[variant]["verdict"]
         assert in_image[variant]["metrics"]["lm_head_over_mean"] == pytest.approx(
@@ -130,11 +138,14 @@ def test_a_lock_that_does_not_match_its_hash_never_builds(
 
 @pytest.mark.slow
 def test_kl_image_reaches_the_venv_verdicts(
-    engine: images.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    engine: images.Engine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    default_runs: Callable[[str], SharedRun],
 ) -> None:
     """The real DeepSpeed ZeRO-2 run inside the kl CPU image (g++ and ninja in the image for
     DeepSpeed's op build) gives the venv's verdicts and the very same step-0 numbers."""
-    in_venv, in_image = _venv_then_image("kl", tmp_path, monkeypatch)
+    in_venv, in_image = _venv_then_image("kl", tmp_path, monkeypatch, default_runs)
     assert in_image["broken"]["verdict"] == "reproduced"
     assert in_image["fixed"]["verdict"] == "clean"
     for variant in ("broken", "fixed"):

@@ -3,7 +3,8 @@ verdict its repro.toml expects. Parametrized over `repros/*`, so adding a repro 
 
 What a repro's default run shows beyond "every verdict as expected" (the mechanism's numbers:
 lm_head's 4x, kl's dtype split) is checked here too, on the same run, so that no repro's
-default variants run twice in the suite.
+default variants run twice in the suite: the run is the session's shared one
+(`default_runs`), which the pasted-comment and image tests read too.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from shared_runs import SharedRun
 
-from conftest import ROOT, newest_records, reprobox
+from conftest import ROOT, newest_records
 from reprobox.core.cells import default_cells
 from reprobox.core.errors import ExitCode
 from reprobox.core.spec import discover, load
@@ -86,20 +88,16 @@ NUMBERS: dict[str, Callable[[dict[str, dict]], None]] = {
 }
 
 
-@pytest.fixture
-def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "results"))
-    return tmp_path / "results"
-
-
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize("name", discover(ROOT))
-def test_default_variants_give_their_expected_verdicts(name: str, results: Path) -> None:
+def test_default_variants_give_their_expected_verdicts(
+    name: str, default_runs: Callable[[str], SharedRun]
+) -> None:
     expected = expected_cells(name)
     assert expected, f"{name} has no default variant on {PLATFORM}"
-    done = reprobox("run", name, timeout=3600)
-    records = newest_records(results, name)
+    done = default_runs(name)  # `reprobox run NAME`, shared with the comment and image tests
+    records = newest_records(done.results, name)
     assert set(records) == set(expected), done.stderr
     for label, (expect, accepted) in expected.items():
         record = records[label]
