@@ -26,6 +26,7 @@ from conftest import reprobox
 IMAGE = "reg.example/rb/ppo@sha256:" + "a" * 64
 CHECKOV_VERSION = "3.3.30"
 UV = str(Path(sys.executable).with_name("uv"))
+pytestmark = pytest.mark.e2e  # an outside tool, installed on first use: not the unit tier
 
 
 def _checkov(folder: Path) -> dict[str, dict[str, Any]]:
