@@ -225,9 +225,10 @@ def test_an_override_at_a_git_ref_is_one_commit_in_every_probe_and_changes_the_a
         "--range", ">=1.1.0,<=1.2.0", "--with", f"{PACKAGE}@git+{flagrepo.url}@{culprit}",
     )  # fmt: skip
     assert code == 0, err
+    # the verdicts on disk: the bisect's above (ends, search, --confirm 2 at the boundary)
     assert out.strip().splitlines()[-1] == (
         f"{GATE} affected: ==1.2.0 (2 of 2 releases tested; with {PACKAGE} at commit {culprit}; "
-        "4 verdict(s) on disk agree; still reproduces at 1.2.0, the range's last release)"
+        "6 verdict(s) on disk agree; still reproduces at 1.2.0, the range's last release)"
     )
 
 
