@@ -21,6 +21,7 @@ from reprobox.cli import catalog as catalog_cli
 from reprobox.cli import complete as complete_cli
 from reprobox.cli import export as export_cli
 from reprobox.cli import gpu_check as gpu_check_cli
+from reprobox.cli import new as new_cli
 from reprobox.cli import options, ui
 from reprobox.cli import report as report_cli
 from reprobox.cli import run as run_cli
@@ -144,6 +145,7 @@ def _parser() -> argparse.ArgumentParser:
         dest="command", required=True, metavar="COMMAND", help="one of:"
     )
     catalog_cli.register(commands)
+    new_cli.register(commands)
     run_cli.register(commands)
     verdict_cli.register(commands)
     bisect_cli.register(commands)

@@ -1,0 +1,283 @@
+"""`reprobox new NAME [--from SCRIPT]`: scaffold a repro that runs both ways at once.
+
+Without `--from`: a two-rank torchrun script that speaks the protocol (result file, exit
+codes) around one `measure()` to replace, with a broken and a fixed variant that already
+differ, so the first `reprobox run NAME` shows the loop working before any edit.
+
+With `--from`: the user's own script, copied beside a small wrapper that runs it as a
+maintainer would (`python SCRIPT ARGS`) and turns its outcome into a verdict: exit 0 is
+clean, a failure whose last error line names `--reproduced-if-error` is reproduced, and any
+other failure is an error, never a verdict (a crash is not the bug). A repro proves itself
+both ways, so the fixed variant must be named: other pins (`--fixed-with`) or other
+arguments (`--fixed-args`).
+
+The files are written from templates, then loaded back with `spec.load`: a scaffold the
+harness would refuse is never left on disk. `cli.main` adds the command with `register`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+from reprobox.cli import options, ui
+from reprobox.core import spec
+from reprobox.core.errors import BadInput, ReproboxError
+
+NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+DEFAULT_PINS = ("torch==2.13.0", "numpy<2")
+WRAPPER = "repro.py"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `new` to the `reprobox` parser."""
+    new = subparsers.add_parser(
+        "new",
+        help="scaffold a repro (repro.toml and a script speaking the protocol)",
+        description="Write repros/NAME/: repro.toml and a script that runs both ways at once. "
+        "With --from, your own script is wrapped: exit 0 is clean, a failure naming "
+        "--reproduced-if-error is reproduced, any other failure an error.",
+    )
+    new.add_argument("name", metavar="NAME", help="the repro's name: lower case, digits, _")
+    new.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        metavar="SCRIPT",
+        help="wrap this script (copied into the repro) instead of the template",
+    )
+    new.add_argument(
+        "--pins",
+        nargs="+",
+        metavar="PIN",
+        help=f"the environment's pins (default: {' '.join(DEFAULT_PINS)})",
+    )
+    new.add_argument("--upstream", default="", metavar="URL", help="the upstream issue")
+    new.add_argument(
+        "--fixed-with",
+        nargs="+",
+        default=[],
+        metavar="PIN",
+        help="--from: the pins of the fixed variant (the release that fixes it)",
+    )
+    new.add_argument(
+        "--fixed-args",
+        default="",
+        metavar="ARGS",
+        help="--from: the arguments of the fixed variant (a workaround flag)",
+    )
+    new.add_argument(
+        "--broken-args",
+        default="",
+        metavar="ARGS",
+        help="--from: the arguments of the broken variant",
+    )
+    new.add_argument("--reproduced-if-error", default="AssertionError", metavar="TEXT",
+                     help="--from: a failure reproduces only when its last error line "
+                     "holds TEXT (default: AssertionError)")  # fmt: skip
+    new.set_defaults(handler=cmd_new)
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    root = options.settings(args).root
+    if not NAME.fullmatch(args.name):
+        raise BadInput(f"repro name {args.name!r}: lower case letters, digits and _, 1 to 40")
+    folder = root / "repros" / args.name
+    if folder.exists():
+        raise BadInput(f"repros/{args.name} exists already; pick another name")
+    pins = list(args.pins or DEFAULT_PINS)
+    if args.source is None:
+        if args.fixed_with or args.fixed_args or args.broken_args:
+            raise BadInput("--fixed-with, --fixed-args and --broken-args go with --from")
+        files = _template(args.name, pins, args.upstream)
+    else:
+        files = _wrapped(args, pins)
+    folder.mkdir(parents=True)
+    try:
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        if args.source is not None:
+            shutil.copy(args.source, folder / args.source.name)
+        spec.load(root, args.name)  # what the harness would refuse is not left behind
+    except (OSError, ReproboxError):
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    ui.info(f"wrote repros/{args.name}/: {', '.join(sorted([*files, *_copied(args)]))}")
+    print(f"next: reprobox run {args.name}    (both variants; then edit, and run again)")
+    return 0
+
+
+def _copied(args: argparse.Namespace) -> list[str]:
+    return [args.source.name] if args.source is not None else []
+
+
+def _toml(name: str, script: str, pins: list[str], upstream: str, launch: str,
+          rule: str, variants: str) -> str:  # fmt: skip
+    return f"""\
+[repro]
+title = "{name}: what goes wrong, in one line"
+upstream = {json.dumps(upstream or "https://github.com/OWNER/REPO/issues/NUMBER")}
+script = "{script}"
+
+[launch]
+{launch}
+
+[env]
+python = "3.11"
+pins = {json.dumps(pins)}
+
+[verdict]
+reproduced_if = [{rule}]
+{variants}"""
+
+
+def _template(name: str, pins: list[str], upstream: str) -> dict[str, str]:
+    variants = """
+[variants.broken]
+expect = "reproduced"
+description = "sums the ranks' values and forgets to divide (replace with the bug)"
+args = ["--divide", "0"]
+
+[variants.fixed]
+expect = "clean"
+description = "divides by the world size (replace with the fix, a pin or a flag)"
+"""
+    launch = 'launcher = "torchrun"\nprocesses = 2\ntimeout = 300'
+    rule = '{ metric = "error", above = 1e-6 }'
+    script = f"{name}.py"
+    return {
+        "repro.toml": _toml(name, script, pins, upstream, launch, rule, variants),
+        script: TEMPLATE_SCRIPT,
+    }
+
+
+def _wrapped(args: argparse.Namespace, pins: list[str]) -> dict[str, str]:
+    source: Path = args.source
+    if not source.is_file():
+        raise BadInput(f"--from {source}: no such file")
+    if source.name == WRAPPER:
+        raise BadInput(f"--from {source}: rename it; {WRAPPER} is the wrapper's name")
+    if not (args.fixed_with or args.fixed_args):
+        raise BadInput("a repro proves itself both ways: say how the fixed variant differs "
+                       "(--fixed-with PIN or --fixed-args ARGS)")  # fmt: skip
+    broken = f"args = {json.dumps(shlex.split(args.broken_args))}\n" if args.broken_args else ""
+    fixed = ""
+    if args.fixed_args:
+        fixed += f"args = {json.dumps(shlex.split(args.fixed_args))}\n"
+    if args.fixed_with:
+        fixed += f"pins = {json.dumps(args.fixed_with)}\n"
+    variants = f"""
+[variants.broken]
+expect = "reproduced"
+description = "{source.name} as reported"
+{broken}
+[variants.fixed]
+expect = "clean"
+description = "{source.name} where it is fixed"
+{fixed}"""
+    launch = 'launcher = "python"\nprocesses = 1\ntimeout = 600'
+    rule = '{ metric = "expected_failure", above = 0.5 }'
+    wrapper = WRAPPER_SCRIPT.replace("@SCRIPT@", json.dumps(source.name)).replace(
+        "@EXPECTED@", json.dumps(args.reproduced_if_error)
+    )
+    return {
+        "repro.toml": _toml(args.name, WRAPPER, pins, args.upstream, launch, rule, variants),
+        WRAPPER: wrapper,
+    }
+
+
+TEMPLATE_SCRIPT = '''\
+"""The bug, measured: replace `measure` with what goes wrong, keeping one number that is 0 when
+it is right. Here: all_reduce(SUM) without the division is world_size x the mean.
+
+Runs as a maintainer would: `torchrun --nproc_per_node 2 THIS.py --divide 0`. Exit 0 clean,
+1 reproduced; rank 0 writes the result to $REPRO_RESULT (see repros/README.md)."""
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def measure(args: argparse.Namespace) -> float:
+    """How far from right the behaviour is (0.0: right)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    value = torch.tensor([float(rank)])
+    dist.all_reduce(value)
+    if args.divide:
+        value /= world
+    return abs(value.item() - (world - 1) / 2)  # the true mean of 0..world-1
+
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--variant", default="adhoc")
+parser.add_argument("--divide", type=int, default=1)
+args = parser.parse_args()
+
+dist.init_process_group("gloo")
+error = measure(args)
+verdict = "reproduced" if error > 1e-6 else "clean"
+if dist.get_rank() == 0 and os.environ.get("REPRO_RESULT"):
+    result = {"schema": 1, "variant": args.variant, "verdict": verdict,
+              "reason": f"off by {error:g}", "metrics": {"error": error},
+              "versions": {"torch": torch.__version__}, "world_size": dist.get_world_size()}
+    tmp = os.environ["REPRO_RESULT"] + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump(result, handle)
+    os.replace(tmp, os.environ["REPRO_RESULT"])  # atomic: never half-written
+print(f"[{args.variant}] {verdict}: off by {error:g}")
+dist.barrier()  # rank 0 has written the result before any rank exits
+dist.destroy_process_group()
+sys.exit(1 if verdict == "reproduced" else 0)
+'''
+
+WRAPPER_SCRIPT = '''\
+"""Runs the reported script as a maintainer would (`python SCRIPT ARGS`, from this folder) and
+says what its outcome means: exit 0 is clean; a failure whose last error line holds EXPECTED
+is reproduced; any other failure is an error (exit 2), never a verdict: a crash is not the
+bug. Written by `reprobox new --from`; it never imports reprobox."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / @SCRIPT@
+EXPECTED = @EXPECTED@
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--variant", default="adhoc")
+args, rest = parser.parse_known_args()
+done = subprocess.run([sys.executable, str(SCRIPT), *rest], cwd=HERE,
+                      capture_output=True, text=True)
+sys.stdout.write(done.stdout)
+sys.stderr.write(done.stderr)
+lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+last = lines[-1] if lines else ""
+if done.returncode == 0:
+    verdict = "clean"
+elif EXPECTED in last:
+    verdict = "reproduced"
+else:
+    print(f"{SCRIPT.name} failed otherwise (exit {done.returncode}: {last or 'no error line'}); "
+          f"not the expected {EXPECTED}", file=sys.stderr)
+    sys.exit(2)
+if os.environ.get("REPRO_RESULT"):
+    result = {"schema": 1, "variant": args.variant, "verdict": verdict,
+              "reason": last if verdict == "reproduced" else f"{SCRIPT.name} exited 0",
+              "metrics": {"expected_failure": 1.0 if verdict == "reproduced" else 0.0}}
+    tmp = os.environ["REPRO_RESULT"] + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump(result, handle)
+    os.replace(tmp, os.environ["REPRO_RESULT"])
+sys.exit(1 if verdict == "reproduced" else 0)
+'''
