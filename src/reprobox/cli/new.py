@@ -21,6 +21,7 @@ import json
 import re
 import shlex
 import shutil
+from importlib import resources
 from pathlib import Path
 
 from reprobox.cli import options, ui
@@ -30,6 +31,11 @@ from reprobox.core.errors import BadInput, ReproboxError
 NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 DEFAULT_PINS = ("torch==2.13.0", "numpy<2")
 WRAPPER = "repro.py"
+
+
+def _text(name: str) -> str:
+    """A template of `templates/` (scripts a repro holds: text here, never run by reprobox)."""
+    return resources.files("reprobox.cli").joinpath("templates", name).read_text()
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -150,7 +156,7 @@ description = "divides by the world size (replace with the fix, a pin or a flag)
     script = f"{name}.py"
     return {
         "repro.toml": _toml(name, script, pins, upstream, launch, rule, variants),
-        script: TEMPLATE_SCRIPT,
+        script: _text("measure.py.tmpl"),
     }
 
 
@@ -180,104 +186,12 @@ description = "{source.name} where it is fixed"
 {fixed}"""
     launch = 'launcher = "python"\nprocesses = 1\ntimeout = 600'
     rule = '{ metric = "expected_failure", above = 0.5 }'
-    wrapper = WRAPPER_SCRIPT.replace("@SCRIPT@", json.dumps(source.name)).replace(
-        "@EXPECTED@", json.dumps(args.reproduced_if_error)
+    wrapper = (
+        _text("wrapper.py.tmpl")
+        .replace("@SCRIPT@", json.dumps(source.name))
+        .replace("@EXPECTED@", json.dumps(args.reproduced_if_error))
     )
     return {
         "repro.toml": _toml(args.name, WRAPPER, pins, args.upstream, launch, rule, variants),
         WRAPPER: wrapper,
     }
-
-
-TEMPLATE_SCRIPT = '''\
-"""The bug, measured: replace `measure` with what goes wrong, keeping one number that is 0 when
-it is right. Here: all_reduce(SUM) without the division is world_size x the mean.
-
-Runs as a maintainer would: `torchrun --nproc_per_node 2 THIS.py --divide 0`. Exit 0 clean,
-1 reproduced; rank 0 writes the result to $REPRO_RESULT (see repros/README.md)."""
-
-import argparse
-import json
-import os
-import sys
-
-import torch
-import torch.distributed as dist
-
-
-def measure(args: argparse.Namespace) -> float:
-    """How far from right the behaviour is (0.0: right)."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    value = torch.tensor([float(rank)])
-    dist.all_reduce(value)
-    if args.divide:
-        value /= world
-    return abs(value.item() - (world - 1) / 2)  # the true mean of 0..world-1
-
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--variant", default="adhoc")
-parser.add_argument("--divide", type=int, default=1)
-args = parser.parse_args()
-
-dist.init_process_group("gloo")
-error = measure(args)
-verdict = "reproduced" if error > 1e-6 else "clean"
-if dist.get_rank() == 0 and os.environ.get("REPRO_RESULT"):
-    result = {"schema": 1, "variant": args.variant, "verdict": verdict,
-              "reason": f"off by {error:g}", "metrics": {"error": error},
-              "versions": {"torch": torch.__version__}, "world_size": dist.get_world_size()}
-    tmp = os.environ["REPRO_RESULT"] + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump(result, handle)
-    os.replace(tmp, os.environ["REPRO_RESULT"])  # atomic: never half-written
-print(f"[{args.variant}] {verdict}: off by {error:g}")
-dist.barrier()  # rank 0 has written the result before any rank exits
-dist.destroy_process_group()
-sys.exit(1 if verdict == "reproduced" else 0)
-'''
-
-WRAPPER_SCRIPT = '''\
-"""Runs the reported script as a maintainer would (`python SCRIPT ARGS`, from this folder) and
-says what its outcome means: exit 0 is clean; a failure whose last error line holds EXPECTED
-is reproduced; any other failure is an error (exit 2), never a verdict: a crash is not the
-bug. Written by `reprobox new --from`; it never imports reprobox."""
-
-import argparse
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-SCRIPT = HERE / @SCRIPT@
-EXPECTED = @EXPECTED@
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--variant", default="adhoc")
-args, rest = parser.parse_known_args()
-done = subprocess.run([sys.executable, str(SCRIPT), *rest], cwd=HERE,
-                      capture_output=True, text=True)
-sys.stdout.write(done.stdout)
-sys.stderr.write(done.stderr)
-lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-last = lines[-1] if lines else ""
-if done.returncode == 0:
-    verdict = "clean"
-elif EXPECTED in last:
-    verdict = "reproduced"
-else:
-    print(f"{SCRIPT.name} failed otherwise (exit {done.returncode}: {last or 'no error line'}); "
-          f"not the expected {EXPECTED}", file=sys.stderr)
-    sys.exit(2)
-if os.environ.get("REPRO_RESULT"):
-    result = {"schema": 1, "variant": args.variant, "verdict": verdict,
-              "reason": last if verdict == "reproduced" else f"{SCRIPT.name} exited 0",
-              "metrics": {"expected_failure": 1.0 if verdict == "reproduced" else 0.0}}
-    tmp = os.environ["REPRO_RESULT"] + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump(result, handle)
-    os.replace(tmp, os.environ["REPRO_RESULT"])
-sys.exit(1 if verdict == "reproduced" else 0)
-'''
