@@ -72,8 +72,8 @@ def for_cells(labels: Sequence[str]) -> Iterator[None]:
 
 
 def emit(kind: PhaseKind, detail: str = "", cells: Sequence[str] | None = None) -> None:
-    """Tell the run's callback (if any) that a phase began. A failing display never fails
-    the run: the callback's exceptions are its own to handle."""
+    """Tell the run's callback (if any) that a phase began. The callback must not raise:
+    its exception would end the run (the CLI's only prints)."""
     sink = _SINK.get()
     if sink is not None:
         sink(Phase(kind, tuple(cells) if cells is not None else _CELLS.get(), detail))

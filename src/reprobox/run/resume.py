@@ -12,6 +12,7 @@ host's torch) runs again, and says why.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,8 +49,8 @@ def code_hash(repro: Repro, cell: Cell) -> str:
         digest.update(str(path.relative_to(repro.dir.parent.parent)).encode() + b"\0")
         try:
             digest.update(path.read_bytes())
-        except OSError:
-            digest.update(b"(unreadable)")
+        except OSError:  # its content is unknown: a hash that matches nothing, so it runs again
+            digest.update(os.urandom(16))
         digest.update(b"\0")
     return digest.hexdigest()[:16]
 
