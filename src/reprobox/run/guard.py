@@ -74,10 +74,13 @@ class Guard:
         return self._watchdog is not None and self._watchdog.poll() is None
 
     def watch(self, procs: list[subprocess.Popen[bytes]]) -> None:
-        """The launch has started: tell the watchdog its group and processes."""
-        if procs:
-            self.launch.groups.add(procs[0].pid)
-            self._send(f"group {procs[0].pid}")
+        """The launch has started: tell the watchdog its groups and sessions (each process
+        the harness started leads one of each) and its processes."""
+        for proc in procs:
+            self.launch.groups.add(proc.pid)
+            self.launch.sessions.add(proc.pid)
+            self._send(f"group {proc.pid}")
+            self._send(f"session {proc.pid}")
         for proc in procs:
             try:
                 started = psutil.Process(proc.pid).create_time()

@@ -4,9 +4,9 @@ torchrun and `accelerate launch` are used as they are; the plain `python` launch
 processes with the torch.distributed environment (RANK, WORLD_SIZE, MASTER_PORT, ...) itself.
 nox has no timeouts, so this module owns them, and it makes sure nothing outlives a launch:
 
-- every process of a launch carries a run id in its environment, and the launch runs in its
-  own process group; on timeout, Ctrl-C, SIGTERM or SIGHUP the group gets SIGTERM, then
-  SIGKILL after a grace (at once on a second signal: nox sends SIGTERM 0.3 s after SIGINT
+- every process of a launch carries a run id in its environment, and each process the harness
+  starts leads a session of its own; on timeout, Ctrl-C, SIGTERM or SIGHUP each such group
+  gets SIGTERM, then SIGKILL after a grace (at once on a second signal: nox sends SIGTERM 0.3 s after SIGINT
   and SIGKILL 0.2 s later);
 - while it runs, the launch's process tree is tracked (pids with start times, and the
   sessions and groups its processes create), so a daemon that double-forks, calls setsid
@@ -213,7 +213,14 @@ def _child_setup(parent: int, watched: bool) -> Callable[[], None]:
     re-parented to it rather than to init (so they stay in the tree), and it gets a signal
     when the harness dies. With a watchdog that signal is SIGSTOP: a stopped rank still holds
     its orphans (a daemon that left its group, session and environment) when the watchdog
-    walks the tree and kills it all. Without one it is SIGKILL."""
+    walks the tree and kills it all. Without one it is SIGKILL.
+
+    Each launched process leads a session of its own (Ctrl-C in the terminal reaches only the
+    harness, which cleans up). In the harness's session, a killed harness with more than one
+    thread left its stopped ranks in a newly orphaned process group, which the kernel sends
+    SIGHUP and SIGCONT: the ranks died, and a daemon below them went to init, unseen by the
+    watchdog (7 of 12 kill -9 runs of the stubborn repro under load). A group in another
+    session is never orphaned that way."""
     death = int(signal.SIGSTOP if watched else signal.SIGKILL)
 
     def setup() -> None:
@@ -239,7 +246,7 @@ def _start(
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                process_group=0,  # its own group: Ctrl-C reaches the harness, which cleans up
+                start_new_session=True,  # see _child_setup: Ctrl-C reaches only the harness
                 preexec_fn=setup,
             )
             return [proc]
@@ -247,7 +254,6 @@ def _start(
         for rank in range(plan.processes):
             rank_env = {**env, **multinode.rank_env(plan, rank)}
             with (plan.log_dir / f"rank{rank}.log").open("wb") as out:
-                group = procs[0].pid if procs else 0  # one group for all ranks, led by rank 0
                 procs.append(
                     subprocess.Popen(
                         argv,
@@ -256,7 +262,7 @@ def _start(
                         stdout=out,
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
-                        process_group=group,
+                        start_new_session=True,  # see _child_setup
                         preexec_fn=setup,
                     )
                 )
@@ -313,13 +319,14 @@ def _echo_new(log: Path, offset: int, echo: TextIO, scrub: Scrubber, final: bool
 
 
 def _terminate(procs: list[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM the launch's process group, then SIGKILL whatever is left after a grace (at
-    once when a second signal came: see `interrupts.urgent`)."""
+    """SIGTERM the launch's process groups (each process it started leads one), then SIGKILL
+    whatever is left after a grace (at once when a second signal came: see
+    `interrupts.urgent`)."""
     live = [p for p in procs if p.poll() is None]
     if not procs:
         return
-    pgid = procs[0].pid
-    _signal_group(pgid, signal.SIGTERM)
+    for proc in procs:
+        _signal_group(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + TERM_GRACE_S
     while (
         time.monotonic() < deadline
@@ -327,7 +334,8 @@ def _terminate(procs: list[subprocess.Popen[bytes]]) -> None:
         and any(p.poll() is None for p in live)
     ):
         time.sleep(0.05)
-    _signal_group(pgid, signal.SIGKILL)
+    for proc in procs:
+        _signal_group(proc.pid, signal.SIGKILL)
     for proc in procs:
         try:
             proc.wait(timeout=5)
