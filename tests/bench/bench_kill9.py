@@ -52,8 +52,12 @@ def one_run() -> tuple[bool, float]:
     (root / "noxfile.py").write_text("")
     shutil.copytree(ROOT / "tests/fixtures/repros/stubborn", root / "repros/stubborn")
     env = {**os.environ, "REPROBOX_ROOT": str(root), "REPROBOX_RESULTS": str(root / "results")}
-    harness = subprocess.Popen([*HARNESS, "run", "stubborn", "--variant", "daemon_stubborn"],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    harness = subprocess.Popen(
+        [*HARNESS, "run", "stubborn", "--variant", "daemon_stubborn"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while _ready(root) < 2 and time.monotonic() < deadline and harness.poll() is None:
         time.sleep(0.1)

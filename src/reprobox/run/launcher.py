@@ -6,8 +6,8 @@ nox has no timeouts, so this module owns them, and it makes sure nothing outlive
 
 - every process of a launch carries a run id in its environment, and each process the harness
   starts leads a session of its own; on timeout, Ctrl-C, SIGTERM or SIGHUP each such group
-  gets SIGTERM, then SIGKILL after a grace (at once on a second signal: nox sends SIGTERM 0.3 s after SIGINT
-  and SIGKILL 0.2 s later);
+  gets SIGTERM, then SIGKILL after a grace (at once on a second signal: nox sends SIGTERM
+  0.3 s after SIGINT and SIGKILL 0.2 s later);
 - while it runs, the launch's process tree is tracked (pids with start times, and the
   sessions and groups its processes create), so a daemon that double-forks, calls setsid
   and clears its environment is still found; each launched process is a child subreaper
