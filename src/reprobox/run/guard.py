@@ -77,11 +77,12 @@ class Guard:
         """The launch has started: tell the watchdog its groups and sessions (each process
         the harness started leads one of each) and its processes."""
         for proc in procs:
+            # Known without asking the kernel: a rank that already exited may have left
+            # children in its group and session.
             self.launch.groups.add(proc.pid)
             self.launch.sessions.add(proc.pid)
             self._send(f"group {proc.pid}")
             self._send(f"session {proc.pid}")
-        for proc in procs:
             try:
                 started = psutil.Process(proc.pid).create_time()
             except psutil.Error:

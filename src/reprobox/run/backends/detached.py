@@ -1,11 +1,11 @@
 """A launch in a process of its own: the plan as JSON, `python -m
-reprobox.run.backends.detached PLAN OUTCOME` runs it with the launcher (process group, rank
+reprobox.run.backends.detached PLAN OUTCOME` runs it with the launcher (sessions, rank
 logs, watchdog, timeout, clean-up) and writes how it ended as JSON beside the logs.
 
 Why a process: while a launch runs, the launcher owns process-wide state (the harness is a
 child subreaper, and orphans re-parented to it are killed when the launch ends), so two
 launches in one process would reap each other's ranks. K concurrent launches (`--workers K`)
-therefore each run in a runner process of their own, with their own port, process group,
+therefore each run in a runner process of their own, with their own port, sessions,
 run folder and environment. The Slurm back end runs the same command as its batch script,
 on the node: one launch path, wherever it runs.
 """
