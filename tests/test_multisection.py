@@ -21,6 +21,7 @@ from reprobox.bisect.search import (
     multisect,
     rounds_bound,
 )
+from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.run.backends import detached
 
@@ -146,7 +147,7 @@ def test_endpoints_must_be_testable_and_differ() -> None:
         multisect(list(range(5)), probe, workers=2, runner=SimulatedRunner(probe, 2))
     with pytest.raises(SearchError, match="at least two"):
         multisect([1], probe, workers=2)
-    with pytest.raises(SearchError, match="--workers must be 1 or more"):
+    with pytest.raises(BadInput, match="--workers: must be 1 or more, not 0"):
         multisect([1, 2], probe, workers=0)
 
 

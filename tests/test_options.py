@@ -174,3 +174,28 @@ def test_verdict_answers_255_for_a_bad_value(toy_root: Path) -> None:
         "reprobox: error: --timeout: 0.0 is not a timeout; give a finite number of seconds > 0 "
         "(see `reprobox verdict --help`)"
     ]
+
+
+def test_every_layer_that_takes_workers_says_what_the_parser_says(tmp_path: Path) -> None:
+    """One rule (`core.counts.check_count`) for a count: the parser, a bisect's strategy, the
+    back-end factory and the pure searches refuse --workers 0 in the same words."""
+    from reprobox.bisect.axes import Strategy
+    from reprobox.bisect.flaky import flaky_search
+    from reprobox.bisect.search import ThreadRunner, multisect
+    from reprobox.core.errors import BadInput
+    from reprobox.core.settings import Settings
+    from reprobox.run.backends import make_backend
+
+    settings = Settings.from_env({"REPROBOX_RESULTS": str(tmp_path)})
+    said = "--workers: must be 1 or more, not 0"
+    with pytest.raises(argparse.ArgumentTypeError, match=said.removeprefix("--workers: ")):
+        options.positive_int("0")
+    for call in (
+        lambda: Strategy(workers=0).check(),
+        lambda: make_backend(None, settings, workers=0),
+        lambda: multisect([1, 2], lambda item, attempt: None, workers=0),
+        lambda: flaky_search([1, 2], lambda item: None, workers=0),
+        lambda: ThreadRunner(lambda item, attempt: None, 0),
+    ):
+        with pytest.raises(BadInput, match=said):
+            call()

@@ -180,5 +180,5 @@ def test_the_factory_always_gives_a_back_end(tmp_path: Path) -> None:
     assert type(make_backend("venv", settings, workers=3)) is DetachedBackend
     with pytest.raises(BadInput, match="--gres goes with --backend slurm"):
         make_backend(None, settings, slurm=SlurmFlags(gres="gpu:1"))
-    with pytest.raises(BadInput, match="--workers must be 1 or more"):
+    with pytest.raises(BadInput, match="--workers: must be 1 or more, not 0"):
         make_backend(None, settings, workers=0)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from reprobox.bisect.prober import Probes
 from reprobox.bisect.search import SearchError
 from reprobox.bisect.summary import BisectSummary, Kind
+from reprobox.core.counts import check_count
 from reprobox.core.errors import BadInput
 from reprobox.core.spec import Repro
 
@@ -47,16 +48,13 @@ class Strategy:
 
     def check(self) -> Strategy:
         """The strategy, or BadInput naming the first flag out of its range."""
-        if self.confirm < 0:
-            raise BadInput("--confirm must be 0 or more")
-        if self.verify is not None and self.verify < 0:
-            raise BadInput("--verify must be 0 or more")
-        if self.workers < 1:
-            raise BadInput("--workers must be 1 or more")
+        check_count("--confirm", self.confirm, least=0)
+        if self.verify is not None:
+            check_count("--verify", self.verify, least=0)
+        check_count("--workers", self.workers)
+        check_count("--max-runs", self.max_runs)
         if not 0.5 < self.confidence < 1:
             raise BadInput(f"--confidence {self.confidence}: want a number above 0.5 and below 1")
-        if self.max_runs < 1:
-            raise BadInput("--max-runs must be 1 or more")
         return self
 
 

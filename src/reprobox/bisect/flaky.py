@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from reprobox.core import stats
+from reprobox.core.counts import check_count
 from reprobox.core.protocol import Verdict
 
 T = TypeVar("T")
@@ -215,8 +216,7 @@ def flaky_search(
     size = len(items)
     if size < 2:
         raise ValueError("need at least two items to bisect")
-    if workers < 1:
-        raise ValueError("--workers must be 1 or more")
+    check_count("--workers", workers)
     if not 0.5 < confidence < 1:
         raise ValueError("confidence must be in (0.5, 1)")
     if not 0 <= min_rate < 1:

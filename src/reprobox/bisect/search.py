@@ -14,6 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from reprobox.core.counts import check_count
 from reprobox.core.protocol import Verdict
 
 T = TypeVar("T")
@@ -170,9 +171,8 @@ class ThreadRunner(Generic[T]):
     def __init__(
         self, probe: Probe[T], workers: int, on_interrupt: Callable[[], None] | None = None
     ) -> None:
-        if workers < 1:
-            raise SearchError("--workers must be 1 or more")
-        self.probe, self.workers, self.on_interrupt = probe, workers, on_interrupt
+        self.workers = check_count("--workers", workers)
+        self.probe, self.on_interrupt = probe, on_interrupt
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe")
         self._running: dict[Future[Verdict | None], Job[T]] = {}
         self._lock = threading.Lock()
@@ -254,8 +254,7 @@ def multisect(
     With one worker it probes exactly what `bisect` does. `runner` replaces the threads."""
     if len(items) < 2:
         raise SearchError("need at least two items to bisect")
-    if workers < 1:
-        raise SearchError("--workers must be 1 or more")
+    check_count("--workers", workers)
     run: Runner[T] = runner if runner is not None else ThreadRunner(probe, workers)
     search = _Multisection(items, workers, confirm)
     try:

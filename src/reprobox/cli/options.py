@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TypeVar
 
 from reprobox.cli.tables import TABLE_FORMATS
 from reprobox.core import spec, suggest
+from reprobox.core.counts import check_count
 from reprobox.core.errors import BadInput, ExitCode
 from reprobox.core.settings import Settings
 
@@ -67,19 +68,20 @@ def _flags(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> list[
 
 
 def positive_int(text: str) -> int:
-    """A count of at least one (--workers, --nodes, --max-runs)."""
-    value = _number(text, int, "a whole number")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
-    return value
+    """A count of at least one (--workers, --nodes, --max-runs), by `counts.check_count`."""
+    return _count(text, least=1)
 
 
 def natural_int(text: str) -> int:
-    """A count that may be zero (--confirm, --verify)."""
-    value = _number(text, int, "a whole number")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
+    """A count that may be zero (--confirm, --verify), by `counts.check_count`."""
+    return _count(text, least=0)
+
+
+def _count(text: str, least: int) -> int:
+    try:
+        return check_count("-", _number(text, int, "a whole number"), least)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("-: ")) from None
 
 
 def seconds(text: str) -> float:

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from reprobox.core import spec
+from reprobox.core.counts import check_count
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import CACHE_ENV
 from reprobox.run.layout import CACHE, IMAGE_UID, OUT
@@ -182,10 +183,9 @@ def _check_options(options: K8sOptions) -> None:
     for what, size in (("--shm", options.shm_gi), ("--scratch", options.scratch_gi)):
         if size < 1:
             raise BadInput(f"{what} {size}: want at least 1 (GiB)")
-    if options.ttl_s < 0:
-        raise BadInput(f"--ttl {options.ttl_s}: want seconds, 0 or more")
-    if options.parallelism is not None and options.parallelism < 1:
-        raise BadInput(f"--parallelism {options.parallelism}: want 1 or more")
+    check_count("--ttl", options.ttl_s, least=0)
+    if options.parallelism is not None:
+        check_count("--parallelism", options.parallelism)
     quantities = (
         ("--cpu", options.cpu, r"[0-9]+(\.[0-9]+)?|[0-9]+m"),
         ("--memory", options.memory, r"[0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from reprobox.core.counts import check_count
 from reprobox.core.errors import BadInput
 from reprobox.core.settings import Settings
 from reprobox.core.spec import MAX_NODES
@@ -47,8 +48,7 @@ def make_backend(
     Slurm, checked before anything runs (its client tools, its controller, the partition).
     A flag that does not go with the kind, or a kind that is not one, is bad input."""
     kind = kind or "venv"
-    if workers < 1:
-        raise BadInput("--workers must be 1 or more")
+    check_count("--workers", workers)
     if kind not in KINDS:
         raise BadInput(f"--backend {kind}: want one of {', '.join(KINDS)}")
     if kind != "slurm":
