@@ -12,7 +12,6 @@ from reprobox.cli import cells, options, ui
 from reprobox.cli.progress import BisectProgress
 from reprobox.core import spec
 from reprobox.core.errors import BadInput, ExitCode
-from reprobox.envs.index import version_range
 
 if TYPE_CHECKING:
     from reprobox.bisect.axes import Axis, Strategy
@@ -291,6 +290,7 @@ def _strategy(args: argparse.Namespace, target: Target) -> Strategy:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from reprobox.bisect import sweep
+    from reprobox.envs.index import version_range  # urllib and http: only a sweep needs them
 
     version_range(args.range)  # a bad --range is said before the index is asked
     target, defaults = _target(args)
