@@ -75,13 +75,14 @@ def lock(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The test suite: unit tests of the harness and real end-to-end runs of each repro.
 
-    On REPROBOX_TEST_WORKERS pytest-xdist workers (default 4 on this 2-core machine; 0 runs in
-    one process): the two Slurm modules' groups mostly wait (time limits, heartbeats,
-    rendezvous timeouts), so each takes a worker of its own while two workers compute.
+    On REPROBOX_TEST_WORKERS pytest-xdist workers (default: the cores + 3, 5 on a 2-core
+    machine; 0 runs in one process): the two Slurm modules' groups mostly wait (time limits,
+    heartbeats, rendezvous timeouts), so each takes a worker of its own, and the rest are one
+    more than the cores, so a core is not left idle while a test waits on pip or a peer.
     tests/conftest.py groups what must share one worker and orders the run; xdist keeps that
     order (--no-loadscope-reorder) instead of starting the largest groups first."""
     session.install("-e", ".[test]")
-    workers = os.environ.get("REPROBOX_TEST_WORKERS", "4")
+    workers = os.environ.get("REPROBOX_TEST_WORKERS") or str((os.cpu_count() or 1) + 3)
     session.run("pytest", "-n", workers, "--dist", "loadgroup", "--no-loadscope-reorder",
                 *session.posargs)  # fmt: skip
 

@@ -290,7 +290,10 @@ def test_a_deepspeed_op_that_cannot_build_says_so(
 @pytest.mark.slow
 def test_release_bisect_names_trl_0_7_2(results: Path) -> None:
     """The ground truth: trl 0.4.7 reproduces, 0.7.2 is the first clean release."""
-    done = reprobox("bisect", "kl", "--good", "0.7.2", "--bad", "0.4.7", timeout=3600)
+    # --confirm 1: each boundary is probed twice (the default's third probe of each is
+    # --confirm's own path, which test_bisect_e2e runs on the toy repro)
+    done = reprobox("bisect", "kl", "--good", "0.7.2", "--bad", "0.4.7", "--confirm", "1",
+                    timeout=3600)  # fmt: skip
     assert done.returncode == 0, done.stderr
     last = done.stdout.strip().splitlines()[-1]  # then what it assumed, how much it probed
     assert re.match(r"first clean release: trl 0\.7\.2(\s|$)", last), last
