@@ -82,7 +82,9 @@ def tests(session: nox.Session) -> None:
     tests/conftest.py groups what must share one worker and orders the run; xdist keeps that
     order (--no-loadscope-reorder) instead of starting the largest groups first."""
     session.install("-e", ".[test]")
-    cores = min(len(os.sched_getaffinity(0)), 8)  # the processors this run may use
+    # the processors this run may use (Linux; elsewhere every processor)
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    cores = min(len(usable) if usable else os.cpu_count() or 1, 8)
     workers = os.environ.get("REPROBOX_TEST_WORKERS") or str(cores + 2)
     # Bytecode is written (an empty PYTHONDONTWRITEBYTECODE is unset): where a shell or CI
     # image sets it, every `reprobox` start the suite makes compiled the harness and pydantic,
