@@ -369,3 +369,24 @@ def test_the_next_launch_sweeps_runs_whose_harness_died(
         for orphan in orphans:
             orphan.kill()
             orphan.wait()
+
+
+def test_the_wait_between_looks_ends_when_a_process_does() -> None:
+    """`_wait` looks at the launch every POLL_S at most, and sooner when a process ends: an
+    ended launch is seen at once, not at the next tick; one still running is waited for
+    no longer than the tick."""
+    quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        started = time.monotonic()
+        launch._until_one_ends([slow, quick], [None, None], 0.2)
+        assert 0.15 < time.monotonic() - started < 5  # slow is the first running: the tick
+        started = time.monotonic()
+        launch._until_one_ends([quick, slow], [None, None], 20.0)
+        assert time.monotonic() - started < 10 and quick.returncode == 0  # not the 20 s
+        started = time.monotonic()
+        launch._until_one_ends([quick, slow], [0, None], 0.2)  # quick ended: slow's tick
+        assert 0.15 < time.monotonic() - started < 5
+    finally:
+        slow.kill()
+        slow.wait()
