@@ -82,10 +82,10 @@ def tests(session: nox.Session) -> None:
     tests/conftest.py groups what must share one worker and orders the run; xdist keeps that
     order (--no-loadscope-reorder) instead of starting the largest groups first."""
     session.install("-e", ".[test]")
-    # the processors this run may use (Linux; elsewhere every processor)
-    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    cores = min(len(usable) if usable else os.cpu_count() or 1, 8)
-    workers = os.environ.get("REPROBOX_TEST_WORKERS") or str(cores + 2)
+    # the processors this run may use (Linux says; elsewhere all of them), at most 8
+    affinity = getattr(os, "sched_getaffinity", None)
+    cores = len(affinity(0)) if affinity else os.cpu_count() or 1
+    workers = os.environ.get("REPROBOX_TEST_WORKERS") or str(min(cores, 8) + 2)
     # Bytecode is written (an empty PYTHONDONTWRITEBYTECODE is unset): where a shell or CI
     # image sets it, every `reprobox` start the suite makes compiled the harness and pydantic,
     # rich & co. again, 0.45 s of CPU a start instead of 0.22 s here (uv installs no bytecode).

@@ -8,6 +8,7 @@ import re
 import shutil
 import statistics
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -331,11 +332,13 @@ def test_signed_kl_is_recorded_with_a_conclusion_from_its_own_numbers(
     shutil.copytree(ROOT / "repros" / "kl", kl, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "fixes", scratch_root / "fixes", dirs_exist_ok=True)
     toml = (kl / "repro.toml").read_text()
-    declared = 'args = ["--criterion", "signed-kl", "--seeds", "8", "--batch-size", "512"]\n'
-    declared += 'verdict = { reproduced_if = [{ metric = "signed_kl_negative_z", above = 3.0 }], '
-    declared += "repeats = 6,"
-    assert toml.count(declared) == 1, "the signed_kl variant is not declared as this test reads it"
-    (kl / "repro.toml").write_text(toml.replace(declared, declared.replace("= 6,", "= 3,")))
+    head, variant, rest = toml.partition("[variants.signed_kl]\n")
+    edited = head + variant + rest.replace("repeats = 6,", "repeats = 3,", 1)
+    expected = tomllib.loads(toml)
+    assert expected["variants"]["signed_kl"]["verdict"]["repeats"] == 6
+    expected["variants"]["signed_kl"]["verdict"]["repeats"] = 3
+    assert tomllib.loads(edited) == expected  # the one change, and nothing else
+    (kl / "repro.toml").write_text(edited)
     results = scratch_root / "results"
     done = reprobox("run", "kl", "--variant", "signed_kl", timeout=7200)
     assert done.returncode in (ExitCode.OK, ExitCode.UNDECIDED), done.stderr

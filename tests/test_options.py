@@ -153,6 +153,8 @@ def test_help_shows_env_variables(scratch_root: Path) -> None:
         (["run", "toy", "--timeout", "inf"], "--timeout: inf is not a timeout"),
         (["bundle", "toy", "--platform", "tpu"], "--platform: invalid choice: 'tpu'"),
         (["k8s", "toy", "--platform", "tpu"], "--platform: invalid choice: 'tpu'"),
+        (["k8s", "toy", "--parallelism", "0"], "--parallelism: must be 1 or more, not 0"),
+        (["k8s", "toy", "--ttl", "-1"], "--ttl: must be 0 or more, not -1"),
         (["run"], "the following arguments are required: repro"),
         (["bisect", "toy", "--variant", "a", "--variant", "b"], "a bisect runs one --variant"),
     ],

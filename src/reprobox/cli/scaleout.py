@@ -61,17 +61,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     options.add(kube, "platform")
     kube.add_argument("--claim", default="reprobox-results", help="PVC mounted at /out")
     kube.add_argument("--namespace", help="the Kubernetes namespace (default: the context's)")
-    kube.add_argument("--parallelism", type=int, help="pods at once per Job (default: all)")
+    kube.add_argument(
+        "--parallelism", type=options.positive_int, help="pods at once per Job (default: all)"
+    )
     kube.add_argument("--cpu", help="CPU of each pod, e.g. 8 or 500m (default: one per rank)")
     kube.add_argument(
         "--memory", help="memory of each pod, e.g. 32Gi (default: 4Gi per rank + /dev/shm)"
     )
     kube.add_argument(
-        "--shm", type=int, default=1, metavar="GIB", help="/dev/shm of each pod (default: 1)"
+        "--shm",
+        type=options.positive_int,
+        default=1,
+        metavar="GIB",
+        help="/dev/shm of each pod (default: 1)",
     )
     kube.add_argument(
         "--ttl",
-        type=int,
+        type=options.natural_int,
         default=7 * 86400,
         metavar="SECONDS",
         help="delete the finished Job and its pods after this (default: 7 days)",

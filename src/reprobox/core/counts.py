@@ -1,5 +1,5 @@
-"""The one rule for a count a user gives: --workers, --nodes, --max-runs, --parallelism (1 or
-more), --confirm, --verify, --ttl (0 or more).
+"""The one rule for a count a user gives: --workers, --nodes, --max-runs, --parallelism,
+--shm, --scratch (1 or more), --confirm, --verify, --ttl (0 or more).
 
 Every layer that takes such a count from outside (the CLI's parser, a bisect's strategy, the
 back-end factory, the pure searches) checks it here, so the rule and its words exist once and

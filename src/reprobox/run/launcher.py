@@ -311,7 +311,8 @@ def _until_one_ends(
 ) -> None:
     """Wait at most `timeout` for the first running process to end: a launch that ends is
     seen within milliseconds, not at the next tick (a fixed sleep added half a tick, ~25 ms,
-    to every launch)."""
+    to every launch). A Ctrl-C here still reaches `run` at once: Popen.wait's own grace for
+    a child that got the same SIGINT is capped by `timeout`."""
     running = [p for p, code in zip(procs, codes, strict=True) if code is None]
     try:
         running[0].wait(timeout=timeout)

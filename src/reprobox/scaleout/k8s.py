@@ -180,9 +180,8 @@ def check_one_image(
 
 
 def _check_options(options: K8sOptions) -> None:
-    for what, size in (("--shm", options.shm_gi), ("--scratch", options.scratch_gi)):
-        if size < 1:
-            raise BadInput(f"{what} {size}: want at least 1 (GiB)")
+    check_count("--shm", options.shm_gi)
+    check_count("--scratch", options.scratch_gi)
     check_count("--ttl", options.ttl_s, least=0)
     if options.parallelism is not None:
         check_count("--parallelism", options.parallelism)
