@@ -143,6 +143,14 @@ def toy_root(scratch_root: Path) -> Path:
     return scratch_root
 
 
+# pip's configuration for the venvs a test has pip make (a pasted block, a bundle without uv):
+# install without compiling bytecode, as uv does. pip compiles every module it installs, 9,000
+# files for torch & co., 20 of a 34 s install of kl's pins here; Python compiles what a launch
+# imports when it imports it. "0", not "1": for a flag stored as False (`--no-compile`), pip
+# reads the variable as the option's value (`compile`), so PIP_NO_COMPILE=1 compiles.
+PIP_WITHOUT_BYTECODE = {"PIP_NO_COMPILE": "0"}
+
+
 def reprobox(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     """Run the CLI in a subprocess, in the (possibly monkeypatched) environment."""
     return subprocess.run(

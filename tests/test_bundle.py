@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import newest_records, reprobox
+from conftest import PIP_WITHOUT_BYTECODE, newest_records, reprobox
 from reprobox.core import spec
 from reprobox.core.settings import Settings
 from reprobox.envs.torch_source import find_links
@@ -369,7 +369,7 @@ def test_the_bundle_runs_with_pip_where_uv_is_absent(toy_root: Path, tmp_path: P
     made = reprobox("bundle", "toy", "--variant", "clean", "-o", str(tmp_path / "bundle"))
     assert made.returncode == 0, made.stderr
     folder = _unpack(tmp_path / "bundle" / "toy-bundle.tar.gz", tmp_path / "unpacked")
-    env = _bare_env(tmp_path, with_uv=False)
+    env = _bare_env(tmp_path, with_uv=False) | PIP_WITHOUT_BYTECODE
     python = shutil.which("python3.11") or shutil.which("python3")
     assert python is not None
     env["PYTHON"] = python

@@ -4,7 +4,8 @@ harness measured.
 
 The block is run as written. Only three things come from outside it: each launcher line is
 followed by an `echo` of its exit status (the test's reading, not a change to the line);
-pip's own configuration (PIP_NO_INDEX, PIP_FIND_LINKS) supplies every distribution from a
+pip's own configuration (PIP_NO_INDEX, PIP_FIND_LINKS; no bytecode at install, as uv does:
+`PIP_WITHOUT_BYTECODE`) supplies every distribution from a
 wheelhouse of the repro's locked wheels, torch's CPU wheel included (the PyTorch CPU index
 the block names cannot be reached from here), downloaded once by `reprobox wheelhouse` into
 the harness's cache, so pip resolves the block's pins and installs them into each fresh venv
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 from shared_runs import SharedRun, wheelhouse
 
-from conftest import ROOT, newest_records, reprobox
+from conftest import PIP_WITHOUT_BYTECODE, ROOT, newest_records, reprobox
 
 pytestmark = pytest.mark.e2e
 
@@ -93,7 +94,7 @@ def test_the_pasted_comment_gives_the_harness_verdicts(
         if not k.startswith(("REPRO", "VIRTUAL_ENV", "PYTHONPATH", "UV_"))
     }
     env |= {"PIP_RETRIES": "0", "PIP_TIMEOUT": "5", "PIP_NO_INDEX": "1",
-            "PIP_FIND_LINKS": str(wheels)}  # fmt: skip
+            "PIP_FIND_LINKS": str(wheels), **PIP_WITHOUT_BYTECODE}  # fmt: skip
     ran = subprocess.run(
         ["bash", "-c", script], cwd=folder, env=env, capture_output=True, text=True, timeout=1500
     )
