@@ -37,10 +37,26 @@ def test_release_bisect_names_the_first_reproducing_release(toy_root: Path) -> N
     assert summary["distinct_probed"] <= math.ceil(math.log2(summary["items"])) + 2
     assert summary["runs"] == summary["distinct_probed"] + 4
     assert summary["verified"] == []  # 8 releases: no verify probes by default
+    # 2 ends + ceil(log2(7 gaps)) + 2 x 2 confirm probes, counted down as they run (0: unsaid)
+    probes = [line for line in done.stderr.splitlines() if line.startswith("probe ")]
+    assert [line.rpartition("; about ")[2] for line in probes] == [
+        "8 steps left", "7 steps left", "6 steps left", "5 steps left", "4 steps left",
+        "3 steps left", "2 steps left", "1 step left", probes[-1].rpartition("; about ")[2],
+    ], probes  # fmt: skip
+    assert "steps left" not in probes[-1] and "step left" not in probes[-1]
 
-    again = reprobox("bisect", "toy")  # same arguments: everything comes from the log
-    assert again.returncode == 0
+    # same arguments: everything comes from the log; --json prints the summary as one
+    # document, as summary.json holds it, with the exit code it has without --json
+    again = reprobox("bisect", "toy", "--json")
+    assert again.returncode == 0, again.stderr
     assert again.stderr.count("from the log") == summary["runs"]
+    doc = json.loads(again.stdout)
+    assert doc["command"] == "bisect" and doc["exit_code"] == 0
+    assert (doc["summary"]["first"], doc["summary"]["status"]) == ("1.26.0", "found")
+    probed = [(p["key"], p["verdict"], p["record"]) for p in summary["probes"]]
+    assert [(p["key"], p["verdict"], p["record"]) for p in doc["summary"]["probes"]] == probed
+    assert all(p["resumed"] for p in doc["summary"]["probes"])  # read back, none launched
+    assert doc["summary"] == json.loads(Path(doc["summary_path"]).read_text())
 
 
 def test_a_bisect_killed_with_sigkill_resumes(toy_root: Path) -> None:
@@ -137,6 +153,14 @@ def test_sweep_prints_the_affected_releases(toy_root: Path) -> None:
     assert summary["events"][-1] == {
         "introduced": None, "fixed": None, "last_affected": "1.26.1", "bound": True, "after": None,
     }  # fmt: skip
+
+    again = reprobox("sweep", "toy", "--range", ">=1.25.2,<=1.26.1", "--json")  # from the log
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("from the log") == 3
+    doc = json.loads(again.stdout)
+    assert doc["command"] == "sweep" and doc["exit_code"] == 0
+    assert doc["summary"]["affected"] == summary["affected"] == ">=1.26.0,<=1.26.1"
+    assert doc["summary"] == json.loads(Path(doc["summary_path"]).read_text())
 
 
 def test_a_log_outside_results_is_checked_against_the_store(toy_root: Path) -> None:
