@@ -16,6 +16,8 @@ from collections.abc import Callable, Generator
 from pathlib import Path
 
 import pytest
+from cpu_report import pytest_addoption as pytest_addoption  # --cpu-report FILE
+from cpu_report import pytest_runtest_protocol as pytest_runtest_protocol
 from shared_runs import SharedRun, default_run, shared_dir
 
 from fakes import write_repro as write_repro  # its old home: older imports keep working
