@@ -1,8 +1,9 @@
 # reprobox entry points. A fresh machine needs only python3 (3.11) and make:
 #   make repro   the main job: every repro's default variants on CPU, a verdict table at the end
 #   make test    the test suite (unit tests + real end-to-end runs of each repro), on
-#                REPROBOX_TEST_WORKERS pytest-xdist workers (default the cores + 2: two of them
-#                mostly wait on Slurm; 0 = one process); make test-quick, the unit tier, on 2
+#                REPROBOX_TEST_WORKERS pytest-xdist workers (default the cores, at most 8, + 2:
+#                two of them mostly wait on Slurm; 0 = one process); make test-quick, the unit
+#                tier, on 2
 # Everything else is installed on first use: nox and uv (a .venv), the repro environments with
 # CPU torch (see docs/setup.md, "Environments", for where torch comes from), and what the system must
 # provide (scripts/setup-system.sh: g++ and ninja; for the tests also podman and a base image),

@@ -31,8 +31,8 @@ TIERS = ("slow", "e2e")  # scheduled first, in this order: the longest tests sta
 # rather than compute: they start first, each on its own worker, while the other workers run
 # the longest computing tests beside them (`make test` has a worker for each of them).
 WAITING = ("tests/test_slurm.py", "tests/test_multinode.py")
-# The longest computing tests of the last full run (seconds, call phase: 424, 280, 162, 102):
-# first in their tier, so that none is left alone at the end.
+# The costliest tests (`pytest --cpu-report`, four clean-clone runs: 296-351, 125-177, 112-135
+# and 73-86 CPU-s): first in their tier, so that none is left alone at the end.
 LONGEST = (
     "tests/test_comment_paste_e2e.py::test_the_pasted_comment_gives_the_harness_verdicts[kl]",
     "tests/test_kl.py::test_signed_kl_is_recorded_with_a_conclusion_from_its_own_numbers",

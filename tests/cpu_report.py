@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import time
 from collections import Counter
@@ -38,6 +37,13 @@ def _cpu_s() -> tuple[float, float]:
     return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
+def _worker(config: pytest.Config) -> str:
+    """This process's xdist worker id, or "main": read from its own config, not from
+    PYTEST_XDIST_WORKER, which a pytest started by a test inherits."""
+    workerinput = getattr(config, "workerinput", None)
+    return str(workerinput["workerid"]) if workerinput else "main"
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(
     item: pytest.Item, nextitem: pytest.Item | None
@@ -53,7 +59,7 @@ def pytest_runtest_protocol(
         own_after, children_after = _cpu_s()
         line = {
             "id": item.nodeid,
-            "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+            "worker": _worker(item.config),
             "start": round(start, 3),
             "wall_s": round(time.time() - start, 3),
             "own_cpu_s": round(own_after - own, 3),
@@ -64,14 +70,18 @@ def pytest_runtest_protocol(
 
 
 def summarize(lines: list[dict], top: int) -> str:
-    """The costliest tests, the costliest files and the total, in CPU seconds."""
-    cost = {row["id"]: row["own_cpu_s"] + row["children_cpu_s"] for row in lines}
+    """The costliest tests, the costliest files and the total, in CPU seconds. A test
+    that appears more than once (a file appended to by several runs) is summed."""
+    cost: Counter[str] = Counter()
+    wall: Counter[str] = Counter()
     by_file: Counter[str] = Counter()
-    for test, cpu in cost.items():
-        by_file[test.split("::", 1)[0]] += cpu
-    wall = {row["id"]: row["wall_s"] for row in lines}
+    for row in lines:
+        cpu = row["own_cpu_s"] + row["children_cpu_s"]
+        cost[row["id"]] += cpu
+        wall[row["id"]] += row["wall_s"]
+        by_file[row["id"].split("::", 1)[0]] += cpu
     out = [f"{len(lines)} tests, {sum(cost.values()):.0f} CPU-s", "", "CPU-s  wall-s  test"]
-    for test, cpu in sorted(cost.items(), key=lambda kv: -kv[1])[:top]:
+    for test, cpu in cost.most_common(top):
         out.append(f"{cpu:6.1f} {wall[test]:7.1f}  {test}")
     out += ["", "CPU-s  file"]
     out += [f"{cpu:6.1f}  {name}" for name, cpu in by_file.most_common(top)]
