@@ -45,7 +45,8 @@ def test_a_deterministic_history_is_found_in_about_log2_probes() -> None:
     answer = flaky_search(list(range(64)), history)
     assert (answer.status, answer.culprit) == ("found", 37)
     assert answer.confidence >= 0.99 and answer.top == []
-    assert answer.runs == len(history.calls) <= 6 + 10  # log2(64) + a few to be sure
+    # log2(64) + a few to be sure: the false rate is learnt, not assumed small (18 here)
+    assert answer.runs == len(history.calls) <= 6 + 14
     assert sum(prob for _, prob in answer.posterior) + answer.no_change == pytest.approx(1.0)
 
 
@@ -73,7 +74,9 @@ def test_no_change_is_an_answer_both_ways() -> None:
     clean = flaky_search(list(range(32)), History(culprit=None, rate=0.7, false_rate=0.05))
     assert (clean.status, clean.throughout, clean.culprit) == ("no_change", "clean", None)
     assert clean.no_change == clean.confidence >= 0.99
-    broken = flaky_search(list(range(32)), History(culprit=0, rate=0.7, seed=2))
+    # the rate is learnt on both sides, so a rate of 0.7 throughout takes longer to tell
+    # from a rise somewhere (325 runs here): more than the default 300
+    broken = flaky_search(list(range(32)), History(culprit=0, rate=0.7, seed=2), max_runs=1000)
     assert (broken.status, broken.throughout) == ("no_change", "reproduced")
 
 

@@ -29,6 +29,10 @@ T = TypeVar("T")
 
 DEFAULT_CONFIDENCE = 0.99
 DEFAULT_MAX_RUNS = 300
+# a metric search (`bisect.changepoint`): launches, not verdicts; a 0.5 sd shift over 8
+# releases takes about 400 (docs/noise.md), so 300 would leave it undecided
+DEFAULT_METRIC_RUNS = 2000
+DEFAULT_MIN_SHIFT = 0.25  # sd: the smallest shift of a metric's mean that is a change
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,10 @@ class Strategy:
     confidence: float = DEFAULT_CONFIDENCE
     max_runs: int = DEFAULT_MAX_RUNS
     mapping: bool = False
+    # a flaky bisect of a variant judged by a metric test: the metric its samples are read
+    # for (`bisect.changepoint`), and the smallest shift of its mean that counts, in sd
+    metric: str | None = None
+    min_shift: float = DEFAULT_MIN_SHIFT
 
     def check(self) -> Strategy:
         """The strategy, or BadInput naming the first flag out of its range."""
@@ -55,7 +63,18 @@ class Strategy:
         check_count("--max-runs", self.max_runs)
         if not 0.5 < self.confidence < 1:
             raise BadInput(f"--confidence {self.confidence}: want a number above 0.5 and below 1")
+        if not 0 < self.min_shift < 100:
+            raise BadInput(f"--min-shift {self.min_shift}: want a positive number of sd, below 100")
         return self
+
+
+def declared_metric(repro: Repro, variant: str) -> str | None:
+    """The metric a noisy variant's declared test reads (t, sign), or None (pass/fail): a
+    flaky bisect of it searches the metric's samples, as the test does."""
+    section = repro.verdict(variant)
+    if section.repeats is None or section.test == "sprt":
+        return None
+    return section.metric
 
 
 def declares_noise(repro: Repro, variant: str) -> bool:

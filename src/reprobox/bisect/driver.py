@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from reprobox.bisect import checks, posterior
+from reprobox.bisect import checks, posterior, shift
 from reprobox.bisect.axes import Axis, Strategy
+from reprobox.bisect.changepoint import ShiftAnswer
 from reprobox.bisect.flaky import FlakyAnswer
 from reprobox.bisect.log import ProbeLog
 from reprobox.bisect.plan import StepsLeft
@@ -57,6 +58,7 @@ class Run(Generic[T]):
     unread: str = ""
     more: dict[str, Any] = field(default_factory=dict)  # fields the axis adds to the summary
     flaky: FlakyAnswer[T] | None = None
+    shift: ShiftAnswer[T] | None = None
     checked: posterior.Checked | None = None
     verdicts: list[tuple[T, Verdict | None]] = field(default_factory=list)  # a map's
 
@@ -91,6 +93,8 @@ def drive(
         try:
             if strategy.mapping:
                 _map(run)
+            elif strategy.flaky and strategy.metric is not None:
+                shift.search(run)
             elif strategy.flaky:
                 posterior.search(run)
             else:
@@ -102,6 +106,8 @@ def drive(
         if strategy.mapping:
             assert axis.summarize is not None, "a map needs the axis's summary"
             summary = axis.summarize(run)
+        elif strategy.flaky and strategy.metric is not None:
+            summary = shift.summarize(run)
         elif strategy.flaky:
             summary = posterior.summarize(run)
         else:

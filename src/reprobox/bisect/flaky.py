@@ -73,8 +73,9 @@ class _Model:
     ) -> None:
         self.n, self.log_prior = n, log_prior
         self.rate, self.min_rate, self.false_rate = rate, min_rate, false_rate
+        self.gap = 0.0  # the least excess of the rate past the boundary over the one before
         self._good: dict[tuple[int, int], tuple[float, float]] = {}
-        self._bad: dict[tuple[int, int], tuple[float, float]] = {}
+        self._bad: dict[tuple[int, int, float], tuple[float, float]] = {}
 
     def good(self, k: int, n: int) -> tuple[float, float]:
         """Before the boundary: log P(outcomes), and P(next reproduces); rate ~ Beta."""
@@ -84,22 +85,34 @@ class _Model:
             self._good[(k, n)] = (log_ml, (a + k) / (a + b + n))
         return self._good[(k, n)]
 
-    def bad(self, k: int, n: int) -> tuple[float, float]:
-        """Past the boundary: the same, with the rate's Beta cut to [min_rate, 1] (a rate
-        below the smallest that matters is no reproduction: "no change" can be shown)."""
-        if (k, n) not in self._bad:
-            a, b = self.rate
-            self._bad[(k, n)] = (
-                self._log_mass(a + k, b + n - k) - self._log_mass(a, b),
-                math.exp(self._log_mass(a + k + 1, b + n - k) - self._log_mass(a + k, b + n - k)),
-            )
-        return self._bad[(k, n)]
+    def cut(self, k: int, n: int) -> float:
+        """The least rate past the boundary, given the outcomes before it: `min_rate`, and
+        at least `gap` above the rate before (its posterior mean, plugged in, on a grid of
+        0.01): a change is a rise of the rate, so a history whose rate is the same
+        throughout (a false rate of 40% is still 40%) is no change, never a culprit."""
+        a, b = self.false_rate
+        before = (a + k) / (a + b + n) if n else 0.0
+        return min(0.99, max(self.min_rate, round(before + self.gap, 2) if n else 0.0))
 
-    def _log_mass(self, a: float, b: float) -> float:
-        """log of the integral of p^(a-1) (1-p)^(b-1) over [min_rate, 1]."""
-        if self.min_rate <= 0:
+    def bad(self, k: int, n: int, cut: float | None = None) -> tuple[float, float]:
+        """Past the boundary: the same, with the rate's Beta cut to [cut, 1] (a rate below
+        the smallest that matters is no reproduction: "no change" can be shown)."""
+        cut = self.min_rate if cut is None else cut
+        if (k, n, cut) not in self._bad:
+            a, b = self.rate
+            self._bad[(k, n, cut)] = (
+                self._log_mass(a + k, b + n - k, cut) - self._log_mass(a, b, cut),
+                math.exp(
+                    self._log_mass(a + k + 1, b + n - k, cut) - self._log_mass(a + k, b + n - k, cut)
+                ),
+            )
+        return self._bad[(k, n, cut)]
+
+    def _log_mass(self, a: float, b: float, cut: float) -> float:
+        """log of the integral of p^(a-1) (1-p)^(b-1) over [cut, 1]."""
+        if cut <= 0:
             return _log_beta(a, b)
-        upper = stats.betainc(b, a, 1.0 - self.min_rate)  # I_{1-m}(b, a): no cancellation
+        upper = stats.betainc(b, a, 1.0 - cut)  # I_{1-m}(b, a): no cancellation
         return _log_beta(a, b) + math.log(max(upper, 1e-300))
 
 
@@ -126,7 +139,7 @@ def _posterior(
             kg += k[h - 1]
             ng += n[h - 1]
         good, pred_good = model.good(kg, ng)
-        bad, pred_bad = model.bad(k_all - kg, n_all - ng)
+        bad, pred_bad = model.bad(k_all - kg, n_all - ng, model.cut(kg, ng))
         logs.append(model.log_prior[h] + good + bad)
         q.append(pred_good)
         p.append(pred_bad)
@@ -204,7 +217,8 @@ def flaky_search(
     prior_no_change: float = 0.1,
     rate_prior: tuple[float, float] = (1.0, 1.0),
     min_rate: float = 0.25,
-    false_rate_prior: tuple[float, float] = (1.0, 19.0),
+    false_rate_prior: tuple[float, float] = (1.0, 1.0),
+    min_gap: float = 0.1,
     probe_batch: BatchProbe[T] | None = None,
 ) -> FlakyAnswer[T]:
     """Probe until one answer (a culprit, or no change) has posterior >= `confidence`, or
@@ -227,6 +241,7 @@ def flaky_search(
     log_none = math.log(prior_no_change / 2)
     log_prior = [log_none, *[log_change] * (size - 1), log_none]
     model = _Model(size, log_prior, rate_prior, min_rate, false_rate_prior)
+    model.gap = min_gap
     where = {item: i for i, item in enumerate(items)}
     k, n = [0] * size, [0] * size
     allowed = [True] * size

@@ -79,6 +79,7 @@ class Target:
     commits: Mapping[str, str] = field(default_factory=dict)  # package -> sha or checkout state
     # a flaky bisect: a probe of a noisy variant is one launch, an observation (run/repeats.py)
     one_launch: bool = False
+    metric: str | None = None  # a metric search: the metric each probe's launch reports
 
     def packages(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """A probe's package overrides: the target's, then the item's own (`extra`)."""
@@ -183,6 +184,7 @@ class Outcome:
     record: str | None = None  # the run folder
     wall_s: float = 0.0
     exit_code: int = int(ExitCode.RUN_FAILED)  # for kind == "error"
+    value: float | None = None  # the metric a metric search reads (Target.metric), if reported
 
 
 @dataclass(frozen=True)
@@ -289,6 +291,22 @@ class Prober(Generic[T]):
         runner.close()
         return [verdicts[number] for number in range(len(jobs))]
 
+    def values(self, jobs: Sequence[tuple[T, int]], workers: int) -> list[float | None]:
+        """A metric search's probes: each (item, attempt)'s value of the metric, None for a
+        skip. A launch judged without the value stops the bisect: a missing sample is never
+        read as a skip (it would widen the answer in silence)."""
+        self.probe_all(jobs, workers)
+        found: list[float | None] = []
+        for item, attempt in jobs:
+            entry = self.entry(item, attempt)
+            if entry.verdict is not None and entry.value is None:
+                raise ProbeFailed(
+                    self._stop_message(entry.item, "its launch reported no value of the metric"),
+                    exit_code=ExitCode.RUN_FAILED,
+                )
+            found.append(entry.value if entry.verdict is not None else None)
+        return found
+
     def seen(self, item: T) -> bool:
         """Whether this session has probed `item` (any attempt)."""
         name = self.describe(item)
@@ -317,6 +335,7 @@ class Prober(Generic[T]):
                 return ProbeEntry(
                     **base,
                     verdict=earlier.verdict,
+                    value=earlier.value,
                     skip=earlier.skip,
                     reason=earlier.reason,
                     record=earlier.record,
@@ -328,7 +347,7 @@ class Prober(Generic[T]):
             word: Literal["clean", "reproduced"] = (
                 "clean" if outcome.verdict is Verdict.CLEAN else "reproduced"
             )
-            return ProbeEntry(**base, verdict=word, reason=outcome.reason)
+            return ProbeEntry(**base, verdict=word, value=outcome.value, reason=outcome.reason)
         if outcome.kind == "skip":
             return ProbeEntry(**base, skip=True, reason=outcome.reason)
         code = outcome.exit_code
@@ -374,13 +393,15 @@ def answering(advice: Callable[[SearchError], str] | None = None) -> Iterator[No
 # -- the production wiring -----------------------------------------------------------------
 
 
-def classify(record: Record) -> Outcome:
-    """A probe's record as an outcome (see the module docstring for the rule)."""
+def classify(record: Record, metric: str | None = None) -> Outcome:
+    """A probe's record as an outcome (see the module docstring for the rule); with
+    `metric`, the launch's value of it too (a metric search's sample)."""
     where = record.dir or None
     wall = record.wall_s + record.preflight_s  # a probe's run time: its preflight and launch
     if record.verdict in (Verdict.CLEAN.value, Verdict.REPRODUCED.value):
         verdict = Verdict(record.verdict)
-        return Outcome("verdict", verdict, record.reason, where, wall)
+        value = record.metrics.get(metric) if metric is not None else None
+        return Outcome("verdict", verdict, record.reason, where, wall, value=value)
     if record.verdict == Verdict.CANNOT_TEST.value:
         return Outcome("skip", None, record.reason or "cannot test", where, wall)
     if record.exit_code == ExitCode.ENV_FAILED:
@@ -425,7 +446,7 @@ def pipeline_probes(
         )
         cell = cell_of(item).on(platform)
         [record] = pipeline.run_cells(repro, [cell], backend, store, settings, probe_options)
-        return classify(record)
+        return classify(record, target.metric)
 
     def warm(item: T) -> None:
         pipeline.ensure_env(repro, lock_of(item), platform, settings=settings)

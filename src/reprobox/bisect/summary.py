@@ -35,6 +35,7 @@ class ProbeEntry(BaseModel):
     item: str
     attempt: int = Field(default=1, ge=1)
     verdict: Literal["clean", "reproduced"] | None = None
+    value: float | None = None  # a metric search's probe: the launch's value of the metric
     skip: bool = False
     reason: str = ""
     record: str | None = None  # the probe's run folder
@@ -165,6 +166,12 @@ class BisectSummary(BaseModel):
     no_change: float | None = None  # the posterior of "no change in the range"
     posterior: dict[str, float] = {}  # each candidate: that it is the first of the end side
     outcomes: dict[str, list[int]] = {}  # each probed candidate: [reproduced, runs]
+    # a metric search (`strategy` "shift"): the metric, each probed candidate's samples as
+    # [n, mean, sd], the smallest shift that counts and the shift found, in sd
+    metric: str | None = None
+    levels: dict[str, list[float | None]] = {}
+    min_shift: float | None = None
+    shift: float | None = None
     # a sweep's map
     affected: str = ""  # "" when nothing reproduces
     events: list[Event] = []

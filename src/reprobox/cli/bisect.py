@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     bisect.add_argument("repro", help="the repro to bisect (see `reprobox list`)")
     options.add(bisect, *_SEARCH, "good", "bad", "confirm", "verify")
-    options.add(bisect, "flaky", "confidence", "max_runs")
+    options.add(bisect, "flaky", "confidence", "max_runs", "min_shift")
     bisect.add_argument(
         "--by-date", metavar="START..END", help="bisect over days (UTC) instead of releases"
     )
@@ -138,7 +138,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if args.commits and args.by_date:
         raise BadInput("--commits and --by-date are two kinds of bisect: pick one")
     if strategy.flaky:  # every probe one launch: the posterior weighs each (docs/noise.md)
-        target = dataclasses.replace(target, one_launch=True)
+        target = dataclasses.replace(target, one_launch=True, metric=strategy.metric)
     if args.dry_run:
         return _dry_run(args, target, defaults, strategy)
     with BisectProgress(target.repro.name) as progress:
@@ -275,16 +275,23 @@ def _show_plan(found: Plan) -> None:
 def _strategy(args: argparse.Namespace, target: Target) -> Strategy:
     """How this bisect searches (--flaky defaults to on for a repro that declares repeats);
     BadInput (exit 2) for a flag out of its range."""
-    from reprobox.bisect.axes import Strategy, declares_noise  # bisects only
+    from reprobox.bisect import axes  # bisects only
 
-    flaky = declares_noise(target.repro, target.variant) if args.flaky is None else args.flaky
-    return Strategy(
+    flaky = axes.declares_noise(target.repro, target.variant) if args.flaky is None else args.flaky
+    metric = axes.declared_metric(target.repro, target.variant) if flaky else None
+    if args.max_runs is not None:
+        max_runs = args.max_runs
+    else:
+        max_runs = axes.DEFAULT_METRIC_RUNS if metric else axes.DEFAULT_MAX_RUNS
+    return axes.Strategy(
         confirm=args.confirm,
         verify=args.verify,
         workers=args.workers,
         flaky=flaky,
         confidence=args.confidence,
-        max_runs=args.max_runs,
+        max_runs=max_runs,
+        metric=metric,
+        min_shift=args.min_shift,
     ).check()
 
 

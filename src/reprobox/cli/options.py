@@ -345,10 +345,20 @@ OPTIONS: dict[str, Option] = {
         Option(
             "max_runs",
             ("--max-runs",),
-            "with --flaky: stop after N probe runs, naming the candidates left (default 300)",
-            default=300,
+            "with --flaky: stop after N probe runs, naming the candidates left (default 300; "
+            "2000 launches where the variant's declared test reads a metric)",
+            default=None,
             type=positive_int,
             metavar="N",
+        ),
+        Option(
+            "min_shift",
+            ("--min-shift",),
+            "with --flaky on a metric test: the smallest shift of the metric's mean, in standard "
+            "deviations, that counts as a change; smaller is 'no change' (default 0.25)",
+            default=0.25,
+            type=float,
+            metavar="SD",
         ),
         # ---- images
         Option(

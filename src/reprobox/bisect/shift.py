@@ -1,0 +1,144 @@
+"""The metric strategy under the driver: `bisect.changepoint`'s search, on real probes.
+
+For a variant whose declared test reads a metric (t, sign), a flaky bisect's probe is one
+launch and its observation is the launch's value of that metric, not the per-launch rule's
+verdict: the same samples the declared test reads. A batch of launches of one candidate is K
+probes (attempts 1..K), each its own run and its own line in the probe log, so a bisect run
+again after `kill -9` replays them (their values are logged) and goes on where it stopped.
+
+Verdicts on disk are not held against the answer here: they are judgements by the per-launch
+rule or by a test at one release, not samples of the metric; the line says so.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from reprobox.bisect.changepoint import Level, ShiftAnswer, shift_search
+from reprobox.bisect.summary import BisectSummary
+
+if TYPE_CHECKING:
+    from reprobox.bisect.driver import Run
+
+T = TypeVar("T")
+SHOWN = 5  # candidates an undecided answer names
+
+
+def search(run: Run[T]) -> None:
+    """Probe in batches until the target confidence or the run budget."""
+    axis, prober, strategy = run.axis, run.prober, run.strategy
+    items = list(axis.items)
+    workers = strategy.workers
+
+    def probe(jobs: list[tuple[T, int]]) -> list[float | None]:
+        return prober.values(jobs, workers)
+
+    run.shift = shift_search(
+        items, probe, confidence=strategy.confidence, max_runs=strategy.max_runs,
+        workers=workers, min_effect=strategy.min_shift,
+    )  # fmt: skip
+    _, run.unread = run.on_disk()
+
+
+def _level(level: Level) -> list[float | None]:
+    return [level.n, round(level.mean, 6), round(level.sd, 6) if level.sd is not None else None]
+
+
+def summarize(run: Run[T]) -> BisectSummary:
+    """The summary: found (the first item of the shifted segment), no change (within the
+    smallest shift that counts) or undecided, with every probed item's samples."""
+    axis, answer = run.axis, run.shift
+    assert answer is not None
+    name = axis.describe
+    status = {"found": "found", "no_change": "no-change"}.get(answer.status, "undecided")
+    fields: dict[str, Any] = {
+        **axis.fields,
+        "status": status,
+        "strategy": "shift",
+        "yanked": axis.yanked,
+        "metric": run.strategy.metric,
+        "confidence": round(answer.confidence, 4),
+        "target_confidence": run.strategy.confidence,
+        "no_change": round(answer.no_change, 4),
+        "posterior": {name(item): round(p, 4) for item, p in answer.posterior},
+        "levels": {name(item): _level(level) for item, level in answer.levels},
+        "min_shift": answer.min_effect,
+        "shift": round(answer.effect, 4) if answer.effect is not None else None,
+    }
+    items = list(axis.items)
+    if status == "found" and answer.culprit is not None:
+        at = items.index(answer.culprit)
+        rising = (answer.effect or 0) > 0
+        fields.update(
+            first=name(answer.culprit),
+            last_start=name(items[at - 1]),
+            start_verdict="clean" if rising else "reproduced",
+            end_verdict="reproduced" if rising else "clean",
+        )
+    if status == "undecided":
+        fields["candidates"] = [name(item) for item, _ in answer.top if item is not None]
+    summary = BisectSummary.model_validate(fields)
+    summary.assumption = _assumption(run, answer)
+    summary.result = _line(run, summary, answer)
+    return summary
+
+
+def _assumption(run: Run[T], answer: ShiftAnswer[T]) -> str:
+    """What the posterior rests on: one shift of the mean at most, of at least min_shift sd,
+    normal samples with one spread, how much of the range it probed."""
+    axis = run.axis
+    probed = len(answer.levels)
+    extra = (
+        f"assuming at most one shift of the mean between {axis.ends[0]} and {axis.ends[1]}, "
+        f"a shift under {answer.min_effect:g} sd counting as none, and roughly normal "
+        f"samples; {probed} of {len(axis.items)} {axis.noun}s probed"
+    )
+    skipped = [item for item, value in answer.observations if value is None]
+    if skipped:
+        listed = ", ".join(dict.fromkeys(axis.describe(item) for item in skipped))
+        extra += f"; cannot test {listed} (skipped)"
+    if run.unread:
+        extra += f"; {run.unread}"
+    if axis.notes is not None:
+        extra += axis.notes(run)
+    return extra
+
+
+def _mean(level: Level) -> str:
+    return f"{level.mean:.4g} (n={level.n})"
+
+
+def _line(run: Run[T], summary: BisectSummary, answer: ShiftAnswer[T]) -> str:
+    """`first release where loss's mean shifts: tomli 2.0.0 (posterior 0.995 after 212
+    runs; mean 0.51 (n=96) at and after 2.0.0, 0.02 (n=80) before: +0.49 sd; ...)`, or no
+    change, or the candidates left with their probabilities."""
+    axis, metric = run.axis, summary.metric
+    subject = axis.subject
+    runs = f"after {answer.runs} runs"
+    if summary.status == "found" and answer.before is not None and answer.after is not None:
+        first = summary.first or ""
+        shift = f"{answer.effect:+.2f} sd" if answer.effect is not None else "shifted"
+        return (
+            f"first {axis.word} where {metric}'s mean shifts: {subject}{first} (posterior "
+            f"{answer.confidence:.3f} {runs}; mean {_mean(answer.after)} at and after {first}, "
+            f"{_mean(answer.before)} before: {shift}; {summary.assumption})"
+        )
+    if summary.status == "no-change":
+        return (
+            f"no change in the range: {metric}'s mean is the same throughout {subject}"
+            f"{axis.ends[0]} to {axis.ends[1]} within {answer.min_effect:g} sd (posterior "
+            f"{answer.confidence:.3f} {runs}; {summary.assumption})"
+        )
+    listed = ", ".join(
+        f"{subject}{axis.describe(item)} ({p:.2f})" if item is not None else f"no change ({p:.2f})"
+        for item, p in answer.top[:SHOWN]
+    )
+    more = (
+        "run more with a higher --max-runs, or map"
+        if answer.runs >= run.strategy.max_runs
+        else "no probe left can tell them apart; map"
+    )
+    return (
+        f"undecided {runs} (target {run.strategy.confidence}): where {metric}'s mean shifts "
+        f"could be {listed}; {more} every {axis.noun} with a sweep ({summary.assumption})"
+    )
