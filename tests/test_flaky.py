@@ -75,7 +75,7 @@ def test_no_change_is_an_answer_both_ways() -> None:
     assert (clean.status, clean.throughout, clean.culprit) == ("no_change", "clean", None)
     assert clean.no_change == clean.confidence >= 0.99
     # the rate is learnt on both sides, so a rate of 0.7 throughout takes longer to tell
-    # from a rise somewhere (325 runs here): more than the default 300
+    # from a rise somewhere (428 runs here): more than the default 300
     broken = flaky_search(list(range(32)), History(culprit=0, rate=0.7, seed=2), max_runs=1000)
     assert (broken.status, broken.throughout) == ("no_change", "reproduced")
 

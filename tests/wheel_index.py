@@ -1,4 +1,5 @@
-"""Local wheel folders served as a PEP 503 simple index over HTTP on 127.0.0.1: what a CI job
+"""Local wheel folders served as a PEP 503 simple index (and PEP 691 JSON, to a client that
+asks for it) over HTTP on 127.0.0.1: what a CI job
 sees when it points the harness at the PyTorch CPU index, without leaving this machine.
 
 Used by tests/test_torch_source.py and tests/bench/bench_torch_source.py. The server records
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import html
 import http.server
+import json
 import threading
 import urllib.parse
 from collections.abc import Iterable
@@ -17,6 +19,8 @@ from pathlib import Path
 from types import TracebackType
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
+
+JSON_TYPE = "application/vnd.pypi.simple.v1+json"  # PEP 691
 
 
 def _sha256(path: Path) -> str:
@@ -54,6 +58,20 @@ class WheelIndex:
         """The requested paths that start with `prefix` (e.g. "/files/torch-")."""
         return [path for path in self.requests if path.startswith(prefix)]
 
+    def _json(self, path: str) -> bytes | None:
+        """A project's page as PEP 691 JSON: what the harness's release list asks for (its
+        Accept header names the JSON type); uv reads the HTML one."""
+        project = canonicalize_name(path.removeprefix("/simple/").strip("/"))
+        if project not in self.projects:
+            return None
+        files = [
+            {"filename": name, "url": f"/files/{urllib.parse.quote(name)}",
+             "hashes": {"sha256": digest}}
+            for name, digest in self.projects[project]
+        ]  # fmt: skip
+        page = {"meta": {"api-version": "1.0"}, "name": project, "files": files}
+        return json.dumps(page).encode()
+
     def _page(self, path: str) -> bytes | None:
         if path in ("/simple", "/simple/"):
             links = [f'<a href="/simple/{p}/">{p}</a>' for p in sorted(self.projects)]
@@ -86,12 +104,15 @@ class WheelIndex:
                         while chunk := handle.read(1 << 20):
                             self.wfile.write(chunk)
                     return
-                page = index._page(path) if path.startswith("/simple") else None
+                wants_json = JSON_TYPE in self.headers.get("Accept", "")
+                read = index._json if wants_json else index._page
+                page = read(path) if path.startswith("/simple") else None
                 if page is None:
                     self.send_error(404)
                     return
                 self.send_response(200)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
+                kind = JSON_TYPE if wants_json else "text/html; charset=utf-8"
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(page)))
                 self.end_headers()
                 self.wfile.write(page)

@@ -39,7 +39,9 @@ BatchProbe = Callable[[list[tuple[T, int]]], list[Verdict | None]]
 Observation = tuple[T, bool | None]  # (item, reproduced?), None: skipped (cannot test)
 
 MAX_BRANCHES = 64  # outcome combinations a batch's choice looks through (the likeliest)
-MIN_GAIN = 1e-4  # nats: a probe expected to tell less is not worth its run
+MIN_GAIN = 1e-7  # nats: a probe expected to tell less tells nothing (an untestable neighbour)
+GRID = 100  # rates a side the two-rate likelihood sums over (0.005, 0.015, ..., 0.995)
+MIN_SIDE = 5  # runs each side of a claimed answer needs: a rate is never read from one launch
 
 
 @dataclass
@@ -76,6 +78,46 @@ class _Model:
         self.gap = 0.0  # the least excess of the rate past the boundary over the one before
         self._good: dict[tuple[int, int], tuple[float, float]] = {}
         self._bad: dict[tuple[int, int, float], tuple[float, float]] = {}
+        self._pair: dict[tuple[int, int, int, int], tuple[float, float, float]] = {}
+        self.grid = [(i + 0.5) / GRID for i in range(GRID)]
+        self.logs = [(math.log(r), math.log1p(-r)) for r in self.grid]
+
+    def pair(self, kg: int, ng: int, kb: int, nb: int) -> tuple[float, float, float]:
+        """Both sides of a boundary together: log P(outcomes), and P(next reproduces) before
+        and past it, with the two rates (q before, p past) uniform over the pairs where p is
+        at least `min_rate` and at least `gap` above q: a change is a rise of the rate, and
+        the false rate is learnt from the runs, not assumed small (a history at 40%
+        throughout is no change, whatever its false rate). A midpoint sum over a grid of
+        GRID rates a side; the rates are integrated out, never plugged in."""
+        key = (kg, ng, kb, nb)
+        if key not in self._pair:
+            before = [kg * lr + (ng - kg) * l1 for lr, l1 in self.logs]
+            past = [kb * lr + (nb - kb) * l1 for lr, l1 in self.logs]
+            top_b, top_p = max(before), max(past)
+            wb = [math.exp(v - top_b) for v in before]
+            wp = [math.exp(v - top_p) for v in past]
+            step = round(self.gap * GRID)
+            floor = math.ceil(self.min_rate * GRID - 0.5)
+            tail = [0.0] * (GRID + 1)  # sums over past rates from index i on: mass, mean
+            tail_rate = [0.0] * (GRID + 1)
+            for i in range(GRID - 1, -1, -1):
+                tail[i] = tail[i + 1] + wp[i]
+                tail_rate[i] = tail_rate[i + 1] + wp[i] * self.grid[i]
+            mass = rate_before = rate_past = 0.0
+            pairs = 0
+            for j in range(GRID):
+                start = max(j + step, floor)
+                if start >= GRID:
+                    break
+                pairs += GRID - start
+                mass += wb[j] * tail[start]
+                rate_before += wb[j] * tail[start] * self.grid[j]
+                rate_past += wb[j] * tail_rate[start]
+            log_ml = top_b + top_p + math.log(max(mass, 1e-300)) - math.log(pairs)
+            self._pair[key] = (
+                (log_ml, rate_before / mass, rate_past / mass) if mass > 0 else (log_ml, 0.5, 0.5)
+            )
+        return self._pair[key]
 
     def good(self, k: int, n: int) -> tuple[float, float]:
         """Before the boundary: log P(outcomes), and P(next reproduces); rate ~ Beta."""
@@ -84,15 +126,6 @@ class _Model:
             log_ml = _log_beta(a + k, b + n - k) - _log_beta(a, b)
             self._good[(k, n)] = (log_ml, (a + k) / (a + b + n))
         return self._good[(k, n)]
-
-    def cut(self, k: int, n: int) -> float:
-        """The least rate past the boundary, given the outcomes before it: `min_rate`, and
-        at least `gap` above the rate before (its posterior mean, plugged in, on a grid of
-        0.01): a change is a rise of the rate, so a history whose rate is the same
-        throughout (a false rate of 40% is still 40%) is no change, never a culprit."""
-        a, b = self.false_rate
-        before = (a + k) / (a + b + n) if n else 0.0
-        return min(0.99, max(self.min_rate, round(before + self.gap, 2) if n else 0.0))
 
     def bad(self, k: int, n: int, cut: float | None = None) -> tuple[float, float]:
         """Past the boundary: the same, with the rate's Beta cut to [cut, 1] (a rate below
@@ -103,7 +136,8 @@ class _Model:
             self._bad[(k, n, cut)] = (
                 self._log_mass(a + k, b + n - k, cut) - self._log_mass(a, b, cut),
                 math.exp(
-                    self._log_mass(a + k + 1, b + n - k, cut) - self._log_mass(a + k, b + n - k, cut)
+                    self._log_mass(a + k + 1, b + n - k, cut)
+                    - self._log_mass(a + k, b + n - k, cut)
                 ),
             )
         return self._bad[(k, n, cut)]
@@ -138,9 +172,13 @@ def _posterior(
         if h > 0:
             kg += k[h - 1]
             ng += n[h - 1]
-        good, pred_good = model.good(kg, ng)
-        bad, pred_bad = model.bad(k_all - kg, n_all - ng, model.cut(kg, ng))
-        logs.append(model.log_prior[h] + good + bad)
+        if 0 < h < model.n:
+            both, pred_good, pred_bad = model.pair(kg, ng, k_all - kg, n_all - ng)
+        else:  # no change: one rate throughout, clean (false rate) or reproducing
+            good, pred_good = model.good(kg, ng)
+            bad, pred_bad = model.bad(k_all - kg, n_all - ng)
+            both = good + bad
+        logs.append(model.log_prior[h] + both)
         q.append(pred_good)
         p.append(pred_bad)
     top = max(logs)
@@ -264,14 +302,19 @@ def flaky_search(
     rng = random.Random(seed)
     while True:
         w, q, p = _posterior(model, k, n)
-        leader = max(max(w[1:size]), w[0] + w[size])
         runs = len(seen)
-        if leader >= confidence or runs >= max_runs or not any(allowed):
+        if runs >= max_runs or not any(allowed):
             break
-        _, gains = _predictive_and_gain(w, q, p)
-        if max(g for i, g in enumerate(gains) if allowed[i]) < MIN_GAIN:
-            break  # no probe left can tell more (the boundary sits beside an untestable item)
-        picks = _choose(model, k, n, min(workers, max_runs - runs), allowed, rng)
+        short = _short_of(w, n, allowed, confidence)
+        if short is None:
+            break  # an answer at the target, on enough runs to stand on
+        if short:  # the posterior has an answer, but some side of it rests on a handful
+            picks = short[: min(workers, max_runs - runs)]
+        else:
+            _, gains = _predictive_and_gain(w, q, p)
+            if max(g for i, g in enumerate(gains) if allowed[i]) < MIN_GAIN:
+                break  # no probe left can tell more (the boundary sits beside an untestable item)
+            picks = _choose(model, k, n, min(workers, max_runs - runs), allowed, rng)
         jobs = [(items[i], tries[i] + 1 + picks[:j].count(i)) for j, i in enumerate(picks)]
         if probe_batch is not None:
             verdicts = probe_batch(jobs)
@@ -282,7 +325,25 @@ def flaky_search(
         for index, verdict in zip(picks, verdicts, strict=True):
             usable = verdict in (Verdict.REPRODUCED, Verdict.CLEAN)
             take(index, (verdict is Verdict.REPRODUCED) if usable else None)
-    return _answer(items, w, k, n, seen, confidence)
+    return _answer(items, w, k, n, seen, confidence, _short_of(w, n, allowed, confidence) is None)
+
+
+def _short_of(w: list[float], n: list[int], allowed: list[bool], target: float) -> list[int] | None:
+    """Whether the posterior's answer can be claimed: None when it can (stop); [] when
+    there is none yet (search on); else the items to probe first, since a side of the answer
+    rests on fewer than MIN_SIDE runs (a false rate, or a rate that only looks constant, is
+    not measured by one launch): the two items beside a culprit, or the two ends for "no
+    change"."""
+    size = len(n)
+    best = max(range(1, size), key=lambda h: w[h])
+    if w[best] >= target:
+        sides = [(sum(n[:best]), best - 1), (sum(n[best:]), best)]
+    elif w[0] + w[size] >= target:
+        sides = [(n[0], 0), (n[size - 1], size - 1)]
+    else:
+        return []
+    picks = [at for count, at in sides if count < MIN_SIDE and allowed[at]]
+    return picks or None
 
 
 def _answer(
@@ -292,6 +353,7 @@ def _answer(
     n: list[int],
     seen: list[Observation[T]],
     target: float,
+    enough: bool = True,
 ) -> FlakyAnswer[T]:
     size = len(items)
     none = w[0] + w[size]
@@ -299,9 +361,9 @@ def _answer(
     ranked: list[tuple[T | None, float]] = sorted(
         [(items[h], w[h]) for h in range(1, size)] + [(None, none)], key=lambda t: -t[1]
     )
-    if none >= target:
+    if none >= target and enough:
         status, culprit, conf = "no_change", None, none
-    elif w[best] >= target:
+    elif w[best] >= target and enough:
         status, culprit, conf = "found", items[best], w[best]
     else:
         status, culprit, conf = "undecided", None, ranked[0][1]

@@ -1,0 +1,150 @@
+"""A drifting metric bisected through the real CLI: five releases of a tiny package (real
+wheels on a real PEP 503 index on 127.0.0.1, installed by uv), whose repro reports a metric
+drawn from N(0, 1) before 1.2.0 and N(0.5, 1) from it on: half a standard deviation, values
+that overlap so much that the per-launch rule (drift > 0.5) reproduces in 31% of launches
+before the change and 50% after. The variant declares the statistical test (t on the metric),
+so `reprobox bisect` searches the metric's samples (strategy "shift"). Seeded by REPRO_SEED,
+so every run of this test is the same: it names 1.2.0 at its stated confidence; a budget too
+small is undecided (exit 1), never a guess; a range without the shift is "no change"."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wheel_index import WheelIndex
+
+from conftest import reprobox
+from reprobox.bisect.summary import BisectSummary, read_summary
+
+pytestmark = pytest.mark.e2e
+
+PACKAGE = "reprobox-drift"
+VERSIONS = ["1.0.0", "1.0.1", "1.1.0", "1.2.0", "1.3.0"]  # the mean shifts from 1.2.0 on
+
+TOML = f"""\
+[repro]
+title = "a training metric whose mean rises by half a standard deviation"
+upstream = "https://example.invalid/drift"
+script = "drift.py"
+
+[launch]
+launcher = "python"
+processes = 1
+timeout = 60
+
+[env]
+python = "3.11"
+pins = ["{PACKAGE}==1.0.0"]
+
+[verdict]
+reproduced_if = [{{ metric = "drift", above = 0.5 }}]
+repeats = "auto"
+test = "t"
+metric = "drift"
+threshold = 0.0
+effect = 0.5
+budget = 40
+seed = 1
+
+[variants.broken]
+expect = "unknown"
+"""
+
+SCRIPT = """\
+import json, os, random, sys
+import driftpkg
+seed = int(os.environ["REPRO_SEED"])
+value = random.Random(f"{driftpkg.VERSION}-{seed}").gauss(driftpkg.MEAN, 1.0)
+verdict = "reproduced" if value > 0.5 else "clean"
+result = {"schema": 1, "variant": "broken", "verdict": verdict, "seed": seed,
+          "metrics": {"drift": value}, "reason": f"seed {seed} of {driftpkg.VERSION}"}
+with open(os.environ["REPRO_RESULT"], "w") as handle:
+    json.dump(result, handle)
+sys.exit({"clean": 0, "reproduced": 1}[verdict])
+"""
+
+
+def _wheel(folder: Path, version: str) -> None:
+    """reprobox_drift-VERSION-py3-none-any.whl, byte-identical every time."""
+    info = f"reprobox_drift-{version}.dist-info"
+    mean = 0.5 if version >= "1.2.0" else 0.0
+    files = {
+        "driftpkg/__init__.py": f"VERSION = {version!r}\nMEAN = {mean}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    lines = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        lines.append(f"{name},sha256={digest.decode()},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join([*lines, f"{info}/RECORD,,"]) + "\n"
+    path = folder / f"reprobox_drift-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as wheel:
+        for name, text in files.items():
+            wheel.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), text)
+
+
+@pytest.fixture(scope="module")
+def drift_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    folder = tmp_path_factory.mktemp("drift-wheels")
+    for version in VERSIONS:
+        _wheel(folder, version)
+    with WheelIndex([folder]) as index:
+        yield index.url
+
+
+@pytest.fixture
+def drift_root(
+    scratch_root: Path, drift_index: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    directory = scratch_root / "repros" / "drift"
+    directory.mkdir()
+    (directory / "repro.toml").write_text(TOML)
+    (directory / "drift.py").write_text(SCRIPT)
+    monkeypatch.setenv("REPROBOX_CACHE", str(tmp_path / "cache"))  # its own release list
+    monkeypatch.setenv("UV_INDEX_URL", drift_index)
+    monkeypatch.delenv("UV_EXTRA_INDEX_URL", raising=False)
+    return scratch_root
+
+
+def _bisect(good: str, bad: str, *more: str) -> tuple[int, str, BisectSummary]:
+    done = reprobox(
+        "bisect", "drift", "--package", PACKAGE, "--good", good, "--bad", bad,
+        "--variant", "broken", "--workers", "2", *more,
+    )  # fmt: skip
+    line = next((x for x in done.stderr.splitlines() if "summary: " in x), None)
+    assert line is not None, done.stdout + done.stderr
+    summary = read_summary(Path(line.split("summary: ")[1].strip()))
+    return done.returncode, done.stdout.strip().splitlines()[-1], summary
+
+
+def test_a_half_sd_shift_is_named_from_the_metric(drift_root: Path) -> None:
+    code, last, summary = _bisect("1.0.0", "1.3.0", "--max-runs", "20")
+    assert code == 1 and last.startswith("undecided after 20 runs (target 0.99): "), last
+    code, last, summary = _bisect("1.0.0", "1.3.0")  # resumes the 20 above
+    print(last)  # shown with -s: the answer, its runs
+    assert code == 0, last
+    assert last.startswith(
+        f"first release where drift's mean shifts: {PACKAGE} 1.2.0 (posterior 0.99"
+    )
+    assert summary.strategy == "shift" and summary.first == "1.2.0"
+    assert summary.shift is not None and 0.2 < summary.shift < 1.0
+    assert sum(p.resumed for p in summary.probes) == 20
+    fresh = [p for p in summary.probes if p.fresh]
+    assert fresh and all(p.value is not None and p.record for p in fresh)
+
+
+def test_a_range_without_the_shift_is_no_change(drift_root: Path) -> None:
+    code, last, summary = _bisect("1.0.0", "1.1.0", "--min-shift", "1")
+    assert code == 1, last  # no change names no release: exit 1, as docs/cli.md says
+    assert last.startswith(
+        f"no change in the range: drift's mean is the same throughout {PACKAGE} 1.0.0 to "
+        "1.1.0 within 1 sd (posterior 0.99"
+    ), last
+    assert summary.status == "no-change"

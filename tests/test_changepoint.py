@@ -1,0 +1,125 @@
+"""The metric change-point search (bisect.changepoint) on simulated histories with fixed seeds:
+a half-sd shift is named at its confidence, a range without one is "no change", a budget too
+small is undecided (never a guess), and the posterior stays honest where the per-launch rule
+made the flake-aware search print a wrong "no change" (values that overlap 40% / 60%)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from reprobox.bisect.changepoint import batch_size, shift_search
+
+
+@dataclass
+class Drift:
+    """A metric N(0, 1) before `culprit`, N(shift, spread) from it on; None: no change.
+    `skip` items cannot be tested. Records every launch asked for."""
+
+    culprit: int | None
+    shift: float = 0.5
+    spread: float = 1.0
+    seed: int = 0
+    skip: frozenset[int] = frozenset()
+    calls: list[tuple[int, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def __call__(self, jobs: list[tuple[int, int]]) -> list[float | None]:
+        self.calls += jobs
+        out: list[float | None] = []
+        for item, _ in jobs:
+            if item in self.skip:
+                out.append(None)
+            elif self.culprit is not None and item >= self.culprit:
+                out.append(self.rng.gauss(self.shift, self.spread))
+            else:
+                out.append(self.rng.gauss(0.0, 1.0))
+        return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_half_sd_shift_is_found_at_its_confidence(seed: int) -> None:
+    history = Drift(culprit=5, seed=seed)
+    answer = shift_search(list(range(8)), history, seed=seed)
+    assert (answer.status, answer.culprit) == ("found", 5)
+    assert answer.confidence >= 0.99 and answer.runs == len(history.calls)
+    assert answer.before is not None and answer.after is not None
+    assert answer.before.n >= 8 and answer.after.n >= 8
+    assert answer.effect is not None and 0.2 < answer.effect < 0.9  # the shift, measured
+    # every attempt number of an item is used once: each launch is a run of its own
+    assert len(set(history.calls)) == len(history.calls)
+
+
+def test_a_fall_is_found_as_well_as_a_rise() -> None:
+    answer = shift_search(list(range(8)), Drift(culprit=3, shift=-1.0, seed=4), seed=4)
+    assert (answer.status, answer.culprit) == ("found", 3)
+    assert answer.effect is not None and answer.effect < 0
+
+
+def test_no_change_is_claimed_only_with_the_confidence_a_culprit_needs() -> None:
+    answer = shift_search(list(range(8)), Drift(culprit=None, seed=3), seed=3, max_runs=3000)
+    assert answer.status == "no_change" and answer.confidence >= 0.99
+    assert answer.runs >= 100  # ruling out a 0.25 sd shift everywhere takes samples
+
+
+def test_few_launches_never_claim_no_change() -> None:
+    """The issue's failure: after 7 launches the old search printed 'no change (posterior
+    0.995)'. With a handful of samples nothing is claimed."""
+    for seed in range(20):
+        answer = shift_search(list(range(8)), Drift(culprit=4, seed=seed), max_runs=20, seed=seed)
+        assert answer.status == "undecided", seed
+        assert answer.top and answer.confidence < 0.99
+
+
+def test_a_budget_too_small_is_undecided_and_names_the_leaders() -> None:
+    answer = shift_search(list(range(32)), Drift(culprit=20, seed=5), max_runs=60, seed=5)
+    assert answer.status == "undecided" and answer.culprit is None and answer.runs == 60
+    probs = [prob for _, prob in answer.top]
+    assert probs == sorted(probs, reverse=True) and 1 <= len(probs) <= 5
+
+
+def test_a_deterministic_metric_is_decided_quickly() -> None:
+    """A bug that changes the metric exactly (no noise): the spread's floor keeps the
+    likelihood finite, and a few batches decide it."""
+
+    def exact(jobs: list[tuple[int, int]]) -> list[float | None]:
+        return [2.0 if item >= 6 else 1.0 for item, _ in jobs]
+
+    answer = shift_search(list(range(16)), exact)
+    assert (answer.status, answer.culprit) == ("found", 6)
+    assert answer.runs <= 60
+
+
+def test_a_skipped_item_is_never_asked_again() -> None:
+    history = Drift(culprit=4, shift=1.5, seed=6, skip=frozenset({3}))
+    answer = shift_search(list(range(8)), history, seed=6, max_runs=1500)
+    assert [item for item, _ in history.calls].count(3) <= batch_size(0.0, 0.25)
+    assert (3, None) in answer.observations
+    # 3 cannot be tested, so the shift is at 3 or at 4: never claimed as certain for 4 alone
+    if answer.status == "found":
+        assert answer.culprit == 4
+
+
+def test_a_search_resumes_from_its_observations() -> None:
+    first = shift_search(list(range(8)), Drift(culprit=2, seed=7), seed=7, max_runs=40)
+    assert first.status == "undecided" and first.runs == 40
+    resumed = shift_search(
+        list(range(8)), Drift(culprit=2, seed=8), seed=7, observations=first.observations
+    )
+    assert resumed.runs > 40 and resumed.observations[:40] == first.observations
+    read = shift_search(list(range(8)), Drift(culprit=2), observations=first.observations,
+                        max_runs=0)  # fmt: skip
+    assert read.runs == 40 and read.posterior == first.posterior
+
+
+def test_arguments_out_of_range_are_refused() -> None:
+    with pytest.raises(ValueError, match="two items"):
+        shift_search([1], Drift(culprit=None))
+    with pytest.raises(ValueError, match="confidence"):
+        shift_search([1, 2], Drift(culprit=None), confidence=1.0)
+    with pytest.raises(ValueError, match="min_effect"):
+        shift_search([1, 2], Drift(culprit=None), min_effect=0)
