@@ -122,3 +122,28 @@ def test_the_cli_exits_1_on_noisy_ends_and_2_on_reversed_ones(
     code = cli_main.main([*args, "--good", "4.45.0", "--bad", "4.46.1"])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and err.endswith("are --good and --bad the right way round?"), err
+
+
+def test_a_verify_probe_that_disagrees_with_itself_is_named_noisy(tmp_path: Path) -> None:
+    # the answer's clean side holds 4.48.0, which reproduces at its first verify launch only
+    history = transformers_history()
+    history.by_attempt = {"4.48.0": [R, C, C]}
+    summary = release_bisect(
+        hist_target(tmp_path), "transformers", "4.49.0", "4.47.0", transformers_index(),
+        verify=2, probes=history.probes,
+    )  # fmt: skip
+    assert summary.status == "non-monotone"  # exit 1, as any flaky answer: never found
+    [against] = summary.contradictions
+    assert (against.item, against.source) == (
+        "4.48.0",
+        "verify probe: 1 of 3 launches reproduced, so the outcome is noisy",
+    )
+    assert "(verify probe: 1 of 3 launches reproduced, so the outcome is noisy)" in summary.result
+    assert "rerun with --flaky" in summary.result
+    consistent = transformers_history()  # 4.48.0 reproduces every time: a real second change
+    again = release_bisect(
+        hist_target(tmp_path / "b"), "transformers", "4.49.0", "4.47.0", transformers_index(),
+        verify=2, probes=consistent.probes,
+    )  # fmt: skip
+    assert [c.source for c in again.contradictions] == ["verify probe"]
+    assert consistent.calls.count(("4.48.0", 3)) == 1  # launched three times all the same

@@ -94,10 +94,22 @@ def verify_sides(
                     item=prober.describe(items[index]),
                     verdict=verdict,
                     expected=wanted,
-                    source="verify probe",
+                    source=_repeated_source(prober, items[index], verdict, workers),
                 )
             )
     return found, probed
+
+
+def _repeated_source(prober: Prober[T], item: T, first: Verdict, workers: int) -> str:
+    """Where a contradicting verify probe's verdict came from: the item is launched again
+    (`REPEAT_ENDS` in all) before the history is called non-monotone; one that disagrees with
+    itself is named noisy, with its count."""
+    jobs = [(item, attempt) for attempt in range(2, REPEAT_ENDS + 1)]
+    seen = [first, *(v for v in prober.probe_all(jobs, workers) if v is not None)]
+    if len(set(seen)) == 1:
+        return "verify probe"
+    hits = sum(v is Verdict.REPRODUCED for v in seen)
+    return f"verify probe: {hits} of {len(seen)} launches reproduced, so the outcome is noisy"
 
 
 def unique(found: Iterable[Contradiction]) -> list[Contradiction]:
