@@ -3,7 +3,7 @@ them at. The bisect code under test is the real one; only the runs and the index
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,12 +55,16 @@ class FakeHistory:
     env: Mapping[str, str] = field(default_factory=dict)  # item -> env key (default: item)
     calls: list[tuple[str, int]] = field(default_factory=list)
     interrupt_after: int | None = None  # raise KeyboardInterrupt on this many-th run + 1
+    # item -> the verdicts of its attempts 1, 2, ... (a noisy item; `verdicts` otherwise)
+    by_attempt: Mapping[str, Sequence[Verdict | None]] = field(default_factory=dict)
 
     def run(self, item: str, attempt: int) -> Outcome:
         if self.interrupt_after is not None and len(self.calls) >= self.interrupt_after:
             raise KeyboardInterrupt  # the bisect is killed mid-way
         self.calls.append((item, attempt))
-        verdict = self.verdicts[item]
+        verdict = (
+            self.by_attempt[item][attempt - 1] if item in self.by_attempt else self.verdicts[item]
+        )
         if verdict is None:
             return Outcome("skip", reason="cannot test: no such op here", wall_s=0.5)
         return Outcome("verdict", verdict, wall_s=1.0, record=f"runs/{item}")

@@ -116,7 +116,8 @@ def test_both_ends_clean_names_the_sweep_on_disk(tmp_path: Path) -> None:
         )  # fmt: skip
     message = str(caught.value)
     assert message.startswith(
-        "--bad 4.48.1 is clean, not reproduced: both ends are clean; verdicts on disk show it "
+        "--bad 4.48.1 is clean, not reproduced: both ends are clean in 3 launches each; "
+        "verdicts on disk show it "
         f"reproducing at 4.47.0, 4.48.0 (bisect {Path(swept.summary_path).parent.name})"
     )
     assert "reprobox sweep hist --package transformers" in message and "\n" not in message

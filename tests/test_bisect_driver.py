@@ -128,7 +128,8 @@ def test_a_date_bisect_with_ends_alike_names_the_verdicts_on_disk_inside(tmp_pat
         )  # fmt: skip
     # main: "both ends of the range are clean: nothing to bisect; the change may have come..."
     assert str(caught.value).startswith(
-        "end 2023-10-23 is clean, not reproduced: both ends are clean; verdicts on disk show "
+        "end 2023-10-23 is clean, not reproduced: both ends are clean in 3 launches each; "
+        "verdicts on disk show "
         "it reproducing at 2023-10-22 (bisect earlier): the change came and went inside the "
         "range"
     )

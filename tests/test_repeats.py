@@ -15,7 +15,7 @@ import pytest
 from conftest import write_repro
 from reprobox.cli import verdict as verdict_cli
 from reprobox.cli.tables import verdict_rows
-from reprobox.core import repeated, spec
+from reprobox.core import repeated, spec, stats
 from reprobox.core.errors import ExitCode, SpecError
 from reprobox.core.judge import Judgement, Status
 from reprobox.core.protocol import Expectation, Verdict
@@ -96,10 +96,11 @@ def test_a_crash_is_never_a_sample_and_cannot_test_ends_the_cell() -> None:
     assert out.verdict is Verdict.CANNOT_TEST and out.exit_code == ExitCode.CANNOT_TEST
 
 
-def test_metric_t_test_against_the_rule_threshold() -> None:
+def test_metric_t_test_against_the_stated_threshold() -> None:
     section = VerdictSection(
-        reproduced_if=[Rule(metric="gap", above=0.0)], repeats=6, test="t", metric="gap"
-    )
+        reproduced_if=[Rule(metric="gap", above=0.0)], repeats=6, test="t", metric="gap",
+        threshold=0.0,
+    )  # fmt: skip
     high = [_launch(Verdict.REPRODUCED, gap=v) for v in (0.9, 1.1, 1.0, 1.2, 0.8, 1.0)]
     out = _judge(section, high)
     assert out.verdict is Verdict.REPRODUCED and out.stat is not None
@@ -116,8 +117,9 @@ def test_metric_t_test_against_the_rule_threshold() -> None:
 
 def test_auto_metric_tests_look_at_planned_points_with_alpha_split() -> None:
     section = VerdictSection(
-        reproduced_if=RULE, repeats="auto", test="t", metric="hit", budget=20, alpha=0.03
-    )
+        reproduced_if=RULE, repeats="auto", test="t", metric="hit", budget=20, alpha=0.03,
+        threshold=0.5,
+    )  # fmt: skip
     assert repeated.looks(section) == [5, 10, 20]
     assert repeated.next_look(section, 0) == 5 and repeated.next_look(section, 5) == 10
     stat = _judge(section, [_launch(Verdict.CLEAN, hit=v) for v in (0.1, 0.2, 0.3, 0.2, 0.1)]).stat
@@ -128,8 +130,9 @@ def test_auto_metric_tests_look_at_planned_points_with_alpha_split() -> None:
 
 def test_the_table_shows_mean_ci_and_n_and_undecided(tmp_path: Path) -> None:
     section = VerdictSection(
-        reproduced_if=[Rule(metric="gap", above=0.0)], repeats=3, test="t", metric="gap"
-    )
+        reproduced_if=[Rule(metric="gap", above=0.0)], repeats=3, test="t", metric="gap",
+        threshold=0.0,
+    )  # fmt: skip
     out = _judge(section, [_launch(Verdict.REPRODUCED, gap=v) for v in (0.9, 1.0, 1.1)])
     record = Record(
         repro="r", variant="v", label="v", expect="reproduced", status="error", verdict=None
@@ -193,8 +196,11 @@ expect = "reproduced"
         ("repeats = 4\nalpha = 0.7", "verdict.alpha"),
         ('repeats = 4\ntest = "t"', "verdict.metric"),
         ('repeats = 4\ntest = "t"\nmetric = "other"', "verdict.threshold"),
-        ('test = "t"\nmetric = "hit"', "verdict.repeats"),
-        ('repeats = 1\ntest = "t"\nmetric = "hit"', "verdict.repeats"),
+        ('repeats = 4\ntest = "t"\nmetric = "hit"', "verdict.threshold"),  # no rule's cut
+        ('repeats = 4\ntest = "sign"\nmetric = "hit"', "verdict.threshold"),
+        ('test = "t"\nmetric = "hit"\nthreshold = 0.0', "verdict.repeats"),
+        ('repeats = 1\ntest = "t"\nmetric = "hit"\nthreshold = 0.0', "verdict.repeats"),
+        ('repeats = "auto"\ntest = "t"\nmetric = "hit"\nthreshold = 0.0', "verdict.effect"),
         ('repeats = 4\nmetric = "hit"', "verdict.metric"),
         ("repeats = 4\nfloor = 0.6", "verdict.effect"),
         ("repeats = 4\nbogus = 1", "verdict.bogus"),
@@ -215,3 +221,87 @@ def test_a_statistical_verdict_loads(scratch_root: Path) -> None:
     assert repro.verdict("broken").repeats == "auto" and repro.verdict("broken").budget == 12
     write_repro(scratch_root, "y", GOOD.replace("REPEATS", ""))
     assert spec.load(scratch_root, "y").verdict("broken").repeats is None  # one launch
+
+
+def test_the_power_calculation_is_the_t_tests_own() -> None:
+    """n with (t(1 - a/2, n-1) + t(1 - b, n-1)) sd / sqrt(n) <= effect, against the normal
+    formula it tightens ((2.576 + 2.326) / 0.5)^2 = 96.1: a little more, never fewer."""
+    n = stats.t_launches(1.0, 0.5, alpha=0.01, beta=0.01)
+    assert 96 < n <= 102
+    assert stats.t_launches(2.0, 0.5, alpha=0.01, beta=0.01) > 3.9 * n  # sd^2
+    assert stats.t_launches(1.0, 0.0, alpha=0.01, beta=0.01) == stats.MAX_PLANNED
+    assert 0.6 < stats.sd_lower(1.0, 4) < 0.7 and stats.sd_lower(1.0, 400) > 0.93
+
+
+def _normal(section: VerdictSection, mean: float, sd: float, seed: int) -> Judgement:
+    """The pipeline's loop (run/repeats.py) on normal samples: launch to the next look,
+    judge, stop once decided."""
+    rng = random.Random(seed)
+    judged: list[Judgement] = []
+    while True:
+        stop = repeated.next_look(section, len(judged))
+        while len(judged) < stop:
+            judged.append(_launch(Verdict.CLEAN, gap=rng.gauss(mean, sd)))
+        out = _judge(section, judged)
+        if repeated.decided(out) or len(judged) >= repeated.most(section):
+            return out
+
+
+EXAMPLE = VerdictSection(
+    reproduced_if=[Rule(metric="gap", above=0.0)], repeats="auto", test="t", metric="gap",
+    threshold=0.0, effect=0.5,
+)  # fmt: skip
+
+
+def test_the_documented_example_decides_a_half_sd_shift() -> None:
+    """repros/README.md's example (auto, its default budget 200) on sd 1: right both ways;
+    the old `repeats = 20` could not decide and says how many launches it would need."""
+    assert repeated.most(EXAMPLE) == 200 and repeated.looks(EXAMPLE)[-2:] == [160, 200]
+    for seed in range(8):
+        assert _normal(EXAMPLE, 0.0, 1.0, seed).verdict is Verdict.CLEAN
+        assert _normal(EXAMPLE, 0.5, 1.0, 100 + seed).verdict is Verdict.REPRODUCED
+    twenty = _normal(EXAMPLE.model_copy(update={"repeats": 20}), 0.5, 1.0, 7)
+    assert twenty.status is Status.UNDECIDED and twenty.stat is not None
+    assert 40 < twenty.stat["needed"] < 400 and not twenty.stat["futile"]
+    assert f"needs about {twenty.stat['needed']} launches" in twenty.reason
+    assert "telling gap = 0 from 0.5 at alpha 0.01 a look and beta 0.01" in twenty.reason
+
+
+def test_a_budget_that_cannot_decide_stops_early_and_says_what_it_needs() -> None:
+    small = EXAMPLE.model_copy(update={"budget": 20})
+    out = _normal(small, 0.5, 1.0, 3)  # about 140 launches needed at sd 1
+    assert out.status is Status.UNDECIDED and out.verdict is None and repeated.decided(out)
+    assert out.stat is not None and out.stat["futile"] and out.stat["n"] < 20
+    assert "more than the 20 launches allowed; raise budget" in out.reason
+    assert out.exit_code == ExitCode.UNDECIDED
+    noisy = _normal(EXAMPLE, 0.0, 3.0, 5)  # sd 3: about 36x the launches
+    assert noisy.status is Status.UNDECIDED and noisy.stat is not None and noisy.stat["n"] < 200
+
+
+def test_list_shows_the_declared_test_per_variant(
+    scratch_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from reprobox.cli import main as cli_main
+
+    declared = 'repeats = "auto"\ntest = "t"\nmetric = "gap"\nthreshold = 0.0\neffect = 0.5'
+    toml = GOOD.replace("REPEATS", declared) + (
+        '\n[variants.once]\nexpect = "clean"\n'
+        'verdict = { reproduced_if = [{ metric = "hit", above = 0.5 }] }\n'
+    )
+    write_repro(scratch_root, "x", toml)
+    assert cli_main.main(["list", "x"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "      judged from repeated launches by a one-sample t-test of the mean of `gap`: "
+        "reproduced when its 0.9986 interval lies above 0, clean when it lies below 0.5 "
+        "(threshold 0, effect 0.5, alpha 0.01 over 7 looks, beta 0.01; up to 200 launches "
+        '("auto": planned from the spread))'
+    ) in out
+    assert out.count("judged from repeated launches") == 1  # `once`: one launch, its rule
+    assert cli_main.main(["list", "x", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["variants"]["broken"]["test"] == {
+        "test": "t", "repeats": "auto", "most": 200, "alpha": 0.01, "beta": 0.01,
+        "seed": None, "metric": "gap", "threshold": 0.0, "effect": 0.5,
+    }  # fmt: skip
+    assert found["variants"]["once"]["test"] is None and found["test"]["metric"] == "gap"

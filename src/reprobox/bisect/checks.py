@@ -6,7 +6,9 @@ is the one reader of verdicts already on disk (this log, the record store's matr
 earlier bisects and sweeps of the same repro, variant, platform and overrides), wherever
 `--log` points; the summary's `contradicted_by` holds them against the answer.
 One contradiction turns "found" into "non-monotone": the history changes more than once, and
-only a sweep over every release can say where.
+only a sweep over every release can say where. Ends that disagree with `--good`/`--bad` are
+launched again (`REPEAT_ENDS` launches each) before the range or the order is blamed: ends
+that disagree with themselves are noise (`NoisyEnds`, exit 1), never bad input.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from reprobox.bisect.log import ProbeLog
 from reprobox.bisect.prober import BisectError, Prober, Target
 from reprobox.bisect.search import BisectResult
 from reprobox.bisect.summary import BisectSummary, Contradiction, read_summaries, summary_file
-from reprobox.core.errors import ReproboxError
+from reprobox.core.errors import ExitCode, ReproboxError
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import RecordStore
 
@@ -32,6 +34,20 @@ T = TypeVar("T")
 
 VERIFY_ABOVE = 8  # ranges longer than this are verified by default
 DEFAULT_VERIFY = 2
+# launches of each end (the first included) before ends that disagree with what the user
+# said are blamed on the range or on the order of --good and --bad
+REPEAT_ENDS = 3
+NOISE_ADVICE = (
+    "rerun this bisect with --flaky (a posterior over every candidate, each launch weighed), "
+    'or declare [verdict] repeats for the variant (repros/README.md, "Noisy outcomes")'
+)
+
+
+class NoisyEnds(ReproboxError):
+    """An end gave different verdicts when launched again: the outcome is noisy, and no
+    boundary is claimed (exit 1, as a flaky answer), never bad input (exit 2)."""
+
+    exit_code = ExitCode.FAILED
 
 
 def default_verify(n_items: int) -> int:
@@ -78,10 +94,22 @@ def verify_sides(
                     item=prober.describe(items[index]),
                     verdict=verdict,
                     expected=wanted,
-                    source="verify probe",
+                    source=_repeated_source(prober, items[index], verdict, workers),
                 )
             )
     return found, probed
+
+
+def _repeated_source(prober: Prober[T], item: T, first: Verdict, workers: int) -> str:
+    """Where a contradicting verify probe's verdict came from: the item is launched again
+    (`REPEAT_ENDS` in all) before the history is called non-monotone; one that disagrees with
+    itself is named noisy, with its count."""
+    jobs = [(item, attempt) for attempt in range(2, REPEAT_ENDS + 1)]
+    seen = [first, *(v for v in prober.probe_all(jobs, workers) if v is not None)]
+    if len(set(seen)) == 1:
+        return "verify probe"
+    hits = sum(v is Verdict.REPRODUCED for v in seen)
+    return f"verify probe: {hits} of {len(seen)} launches reproduced, so the outcome is noisy"
 
 
 def unique(found: Iterable[Contradiction]) -> list[Contradiction]:
@@ -216,7 +244,8 @@ def check_ends(
     command that probes every item). With `workers` > 1 both ends run at once. `flags` name
     the ends in errors; `either_way`: a range without a good or bad end (days), where a
     fix (reproducing, then clean) is a question too. `advice` follows ends alike when there
-    is no `sweep` to suggest."""
+    is no `sweep` to suggest. Ends that disagree with what the user said are launched again
+    first (`repeat_ends`); an end that then disagrees with itself is `NoisyEnds`."""
     if workers > 1:
         prober.probe_all([(good, 1), (bad, 1)], workers)  # the loop below reads them back
     good_flag, bad_flag = flags
@@ -234,10 +263,14 @@ def check_ends(
         got[flag] = verdict
     if got[good_flag] is not got[bad_flag] and (either_way or got[good_flag] is Verdict.CLEAN):
         return
+    seen = repeat_ends(prober, good, bad, workers)
+    if any(len(set(verdicts)) > 1 for verdicts in seen):
+        raise NoisyEnds(noisy_ends(zip(flags, (shown(good), shown(bad)), seen, strict=True)))
+    times = _launches(seen)
     if got[good_flag] is Verdict.REPRODUCED and got[bad_flag] is Verdict.CLEAN:
         raise BisectError(
             f"{good_flag} {shown(good)} is reproduced, not clean, and {bad_flag} {shown(bad)} "
-            f"is clean: are {good_flag} and {bad_flag} the right way round?"
+            f"is clean, {times}: are {good_flag} and {bad_flag} the right way round?"
         )
     wrong, item, want = (
         (good_flag, good, Verdict.CLEAN)
@@ -259,12 +292,48 @@ def check_ends(
         said = "reproducing" if other is Verdict.REPRODUCED else "clean"
         raise BisectError(
             f"{wrong} {shown(item)} is {got[wrong].value}, not {want.value}: both ends are "
-            f"{got[good_flag].value}; verdicts on disk show it {said} at {shown_items} "
+            f"{got[good_flag].value} {times}; verdicts on disk show it {said} at {shown_items} "
             f"({sources}): the change came and went inside the range (a bisect cannot "
             f"answer that){hint}"
         )
     raise BisectError(
         f"{wrong} {shown(item)} is {got[wrong].value}, not {want.value}: both ends are "
-        f"{got[good_flag].value}, so either no {noun} between them changes the verdict, or the "
-        f"change came and went inside the range (a bisect cannot tell){hint}"
+        f"{got[good_flag].value} {times}, so either no {noun} between them changes the "
+        f"verdict, or the change came and went inside the range (a bisect cannot tell){hint}"
+    )
+
+
+def repeat_ends(prober: Prober[T], good: T, bad: T, workers: int = 1) -> list[list[Verdict]]:
+    """Each end's verdicts over `REPEAT_ENDS` launches (the new ones as new attempts, `workers`
+    at a time; a launch that cannot test says nothing): one launch of a noisy outcome says
+    little, so the ends are measured again before the question is called wrong."""
+    jobs = [(item, attempt) for item in (good, bad) for attempt in range(2, REPEAT_ENDS + 1)]
+    prober.probe_all(jobs, workers)  # read back below, with the first launches
+    return [
+        [v for attempt in range(1, REPEAT_ENDS + 1) if (v := prober(item, attempt)) is not None]
+        for item in (good, bad)
+    ]
+
+
+def _launches(seen: Sequence[Sequence[Verdict]]) -> str:
+    """`in 3 launches each` (or `in 3 and 2 launches`, when a repeat could not test)."""
+    counts = sorted({len(verdicts) for verdicts in seen})
+    if len(counts) == 1:
+        return f"in {counts[0]} launch{'es' if counts[0] != 1 else ''} each"
+    return f"in {len(seen[0])} and {len(seen[1])} launches"
+
+
+def noisy_ends(ends: Iterable[tuple[str, str, list[Verdict]]]) -> str:
+    """The refusal for ends that disagree with themselves: each end's count, what it means,
+    and the two ways that handle a noisy outcome."""
+    counts = [
+        f"{flag} {name}: {sum(v is Verdict.REPRODUCED for v in verdicts)} of {len(verdicts)} "
+        "launches reproduced"
+        for flag, name, verdicts in ends
+    ]
+    counts[1:] = [text.removesuffix(" launches reproduced") for text in counts[1:]]
+    return (
+        f"flaky: the ends gave different verdicts when repeated ({'; '.join(counts)}): the "
+        "outcome is noisy, so one launch of each end cannot tell whether the range or the "
+        f"order of the ends is wrong; no boundary claimed: {NOISE_ADVICE}"
     )

@@ -140,6 +140,8 @@ def repro_detail(detail: dict[str, Any]) -> None:
         lines.append(f"    {name}: {_variant_text(variant)}")
         if variant["description"]:
             lines.append(f"      {variant['description']}")
+        if variant["test_text"]:
+            lines.append(f"      {variant['test_text']}")
     cells = detail["cells"]
     kinds = [cell["kind"] for cell in cells]
     counts = ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))

@@ -12,6 +12,16 @@ When the tests are read:
   10, 20, ... up to the budget), each at alpha / the number of looks (Bonferroni), so looking
   early never inflates the stated false-alarm rate.
 Undecided with the budget spent is the answer, never a guess.
+
+How many launches a t-test needs is a stated power calculation (`stats.t_launches`): for a
+mean `effect` away from `threshold` to have its interval clear of it with chance 1 - beta,
+at the per-look alpha and the spread the samples show. It is recomputed at every look that
+leaves the cell undecided, from the running sd: the reason names it, and with "auto" the
+cell stops (undecided) as soon as even the sd's 95% lower bound needs more launches than
+the budget, rather than spending it. Where the looks fall never depends on the samples, so
+the stated alpha holds exactly. The default budget of a metric test (200, `VerdictSection.
+most`) is what a shift of half a standard deviation needs at alpha = beta = 0.01 (about 128
+launches at 0.01 / 7 looks, read at the look of 160).
 """
 
 from __future__ import annotations
@@ -31,8 +41,8 @@ FIRST_LOOK = 5  # "auto" metric tests: the first look, then doubling up to the b
 
 
 def most(section: VerdictSection) -> int:
-    """The most launches the cell may take."""
-    return section.budget if section.repeats == "auto" else int(section.repeats or 1)
+    """The most launches the cell may take (`VerdictSection.most`)."""
+    return section.most
 
 
 def looks(section: VerdictSection) -> list[int]:
@@ -78,6 +88,14 @@ def aggregate(
     if decision == stats.Decision.UNDECIDED.value:
         left = most(section) - len(judged)
         more = f"runs {left} more" if left else "the budget is spent; add launches or data"
+        if stat.get("futile"):
+            more = (
+                f"stopped: even at the sd's 95% lower bound ({stat['sd_low']:.3g}) it needs "
+                f"more than the {most(section)} launches allowed; raise budget, or state the "
+                "effect that matters"
+            )
+        if stat.get("needed") is not None:
+            more = f"{planned(stat)}; {more}"
         return Judgement(
             verdict=None,
             status=Status.UNDECIDED,
@@ -105,8 +123,21 @@ def aggregate(
 
 
 def decided(judgement: Judgement) -> bool:
-    """Whether more launches could change it: not once it errored, cannot test or decided."""
-    return judgement.status is not Status.UNDECIDED
+    """Whether more launches could change it: not once it errored, cannot test or decided,
+    nor once the launches left cannot decide it (`futile`: the power calculation)."""
+    stat = judgement.stat or {}
+    return judgement.status is not Status.UNDECIDED or bool(stat.get("futile"))
+
+
+def planned(stat: dict[str, Any]) -> str:
+    """`at the spread seen (sd 1.02), telling gap = 0 from 0.5 at alpha 0.0014 a look and
+    beta 0.01 needs about 128 launches`: the power calculation, said."""
+    return (
+        f"at the spread seen (sd {stat['sd']:.3g}), telling {stat['metric']} = "
+        f"{stat['threshold']:g} from {stat['threshold'] + stat['effect']:g} at alpha "
+        f"{1 - stat['confidence']:.2g} a look and beta {stat['beta']:g} needs about "
+        f"{stat['needed']} launches"
+    )
 
 
 def _with(
@@ -140,10 +171,10 @@ def _means(judged: Sequence[Judgement]) -> dict[str, float]:
 
 
 def threshold(section: VerdictSection) -> float:
-    """The value a metric test holds the metric's samples against: stated, else the rule's."""
-    if section.threshold is not None:
-        return section.threshold
-    return next(r.above for r in section.reproduced_if if r.metric == section.metric)
+    """The value a metric test holds the metric's samples against: always stated
+    (spec_rules), never read from a per-launch rule."""
+    assert section.threshold is not None, "spec_rules: a metric test states its threshold"
+    return section.threshold
 
 
 def _test(section: VerdictSection, judged: Sequence[Judgement]) -> dict[str, Any]:
@@ -190,7 +221,13 @@ def _test(section: VerdictSection, judged: Sequence[Judgement]) -> dict[str, Any
     else:
         decision = stats.Decision.UNDECIDED
     estimate = read.estimate if read is not None else (values[0] if values else None)
+    power = (
+        _power(section, values, alpha, effect, len(values) >= most(section))
+        if section.test == "t" and decision is stats.Decision.UNDECIDED and len(values) >= 2
+        else {}
+    )
     return {
+        **power,
         "test": read.test if read is not None else f"{section.test}: too few samples",
         "decision": decision.value,
         "statistic": _finite(read.statistic) if read is not None else None,
@@ -207,6 +244,27 @@ def _test(section: VerdictSection, judged: Sequence[Judgement]) -> dict[str, Any
         "looks": looks(section),
         "values": values,
     }
+
+
+def _power(
+    section: VerdictSection, values: Sequence[float], alpha: float, effect: float, spent: bool
+) -> dict[str, Any]:
+    """The power calculation at this look (module docstring): the launches needed at the
+    running sd (`needed`), and with "auto" whether even its 95% lower bound needs more than
+    the budget (`futile`). Nothing without an effect to plan for."""
+    if effect <= 0:
+        return {}
+    n = len(values)
+    mean = math.fsum(values) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    needed = stats.t_launches(sd, effect, alpha=alpha, beta=section.beta)
+    low = stats.sd_lower(sd, n - 1)
+    futile = (
+        section.repeats == "auto"
+        and not spent
+        and stats.t_launches(low, effect, alpha=alpha, beta=section.beta) > most(section)
+    )
+    return {"sd": sd, "sd_low": low, "needed": needed, "beta": section.beta, "futile": futile}
 
 
 def _finite(value: float) -> float | None:
@@ -237,4 +295,60 @@ def summary(stat: dict[str, Any]) -> str:
     return (
         f"{name} = {centre} ({level} CI, n={stat['n']}; vs {stat['threshold']:g}, "
         f"{stat['test']}, p={stat['p']:.2g})"
+    )
+
+
+def declared(section: VerdictSection) -> dict[str, Any] | None:
+    """The declared test as data (`reprobox list --json`): None for one launch, judged by the
+    rule alone."""
+    if section.repeats is None:
+        return None
+    found: dict[str, Any] = {
+        "test": section.test,
+        "repeats": section.repeats,
+        "most": most(section),
+        "alpha": section.alpha,
+        "beta": section.beta,
+        "seed": section.seed,
+    }
+    if section.test == "sprt":
+        effect = SPRT_EFFECT if section.effect is None else section.effect
+        return {**found, "floor": section.floor, "effect": effect}
+    return {
+        **found,
+        "metric": section.metric,
+        "threshold": section.threshold,
+        "effect": section.effect or 0.0,
+    }
+
+
+def describe(section: VerdictSection) -> str:
+    """The declared test in one sentence, as `reprobox list` and the report's "Expected
+    behavior" say it; "" for one launch judged by the rule."""
+    test = declared(section)
+    if test is None:
+        return ""
+    if test["test"] == "sprt":
+        return (
+            f"judged from repeated launches by Wald's SPRT over each launch's verdict: "
+            f"reproduced when it reproduces at a rate >= {test['floor'] + test['effect']:g}, "
+            f"clean at <= {test['floor']:g} (alpha {test['alpha']:g}, beta {test['beta']:g}; "
+            f"at most {test['most']} launches)"
+        )
+    launches = (
+        f'up to {test["most"]} launches ("auto": planned from the spread)'
+        if test["repeats"] == "auto"
+        else f"{test['most']} launches"
+    )
+    read = len(looks(section))
+    level = f"{1 - _look_alpha(section):.4g}".rstrip("0")
+    per_look = f" over {read} looks" if read > 1 else ""
+    name = "the mean" if test["test"] == "t" else "the median"
+    how = "a one-sample t-test" if test["test"] == "t" else "a sign test"
+    high = test["threshold"] + test["effect"]
+    return (
+        f"judged from repeated launches by {how} of {name} of `{test['metric']}`: reproduced "
+        f"when its {level} interval lies above {test['threshold']:g}, clean when it lies "
+        f"below {high:g} (threshold {test['threshold']:g}, effect {test['effect']:g}, alpha "
+        f"{test['alpha']:g}{per_look}, beta {test['beta']:g}; {launches})"
     )

@@ -109,6 +109,8 @@ class Rule(_Section):
 
 Probability = Annotated[float, Field(gt=0, lt=0.5, strict=True)]
 Launches = Annotated[int, Field(ge=1, le=1000, strict=True)]
+DEFAULT_BUDGET_SPRT = 20  # repeats = "auto" without a budget (core.repeated: why)
+DEFAULT_BUDGET_METRIC = 200
 
 
 class VerdictSection(_Section):
@@ -116,7 +118,8 @@ class VerdictSection(_Section):
 
     A noisy outcome (`repeats`, docs in repros/README.md, "Noisy outcomes") is judged from
     repeated launches with a stated test: "sprt" reads each launch's verdict (pass/fail);
-    "t" and "sign" read `metric` against `threshold` (default: the rule's `above` for it)."""
+    "t" and "sign" read `metric` against `threshold`, which has no default: the rule's
+    `above` is a cut for one launch, not the mean a change is measured from."""
 
     reproduced_if: list[Rule] = Field(min_length=1)
     repeats: Launches | Literal["auto"] | None = None  # None: one launch, as always
@@ -124,13 +127,27 @@ class VerdictSection(_Section):
     metric: str | None = None  # t / sign: the metric whose samples are tested
     threshold: float | None = Field(default=None, strict=True, allow_inf_nan=False)
     alpha: Probability = 0.01  # the chance of calling a clean cell reproduced
-    beta: Probability = 0.01  # sprt: the chance of calling a reproducing cell clean
+    # sprt: the chance of calling a reproducing cell clean; t ("auto"): the chance that
+    # launches planned for a mean `effect` away from `threshold` leave it undecided
+    beta: Probability = 0.01
     # the smallest effect that matters: sprt, the reproduction rate above `floor` (default
     # 0.5); t / sign, the excess over `threshold` (default 0)
     effect: float | None = Field(default=None, ge=0, strict=True, allow_inf_nan=False)
     floor: float = Field(default=0.0, ge=0, lt=1, strict=True)  # sprt: a clean cell's rate
-    budget: Launches = 20  # repeats = "auto": the most launches
+    # repeats = "auto": the most launches (default `default_budget`)
+    budget: Launches | None = None
     seed: int | None = Field(default=None, ge=0, strict=True)  # REPRO_SEED of the first launch
+
+    @property
+    def most(self) -> int:
+        """The most launches a cell may take: `repeats`, or for "auto" the budget (default:
+        20 for sprt, whose test stops as soon as it decides; 200 for a metric test, enough
+        to tell a shift of half a standard deviation at the default alpha and beta)."""
+        if self.repeats != "auto":
+            return int(self.repeats or 1)
+        if self.budget is not None:
+            return self.budget
+        return DEFAULT_BUDGET_SPRT if self.test == "sprt" else DEFAULT_BUDGET_METRIC
 
     @field_validator("repeats", mode="before")
     @classmethod

@@ -137,14 +137,22 @@ def _check_repeats(verdict: VerdictSection, where: str, fail: Fail) -> None:
         return
     if verdict.metric is None:
         fail(f"{where}.metric", f"test = {verdict.test!r} needs the metric it tests")
-    if verdict.threshold is None and verdict.metric not in {
-        r.metric for r in verdict.reproduced_if
-    }:
-        fail(f"{where}.threshold", f"no rule reads {verdict.metric!r}: say the value it is held to")
+    if verdict.threshold is None:
+        fail(
+            f"{where}.threshold",
+            f"test = {verdict.test!r} holds {verdict.metric!r}'s samples against a value: set "
+            "threshold (the metric's value without the bug; a rule's `above` is a cut for one "
+            "launch, not that mean)",
+        )
     if verdict.repeats is None:
         fail(f"{where}.repeats", f"test = {verdict.test!r} reads repeated launches: set repeats")
-    least = verdict.budget if verdict.repeats == "auto" else verdict.repeats
-    if verdict.test == "t" and isinstance(least, int) and least < 2:
+    if verdict.repeats == "auto" and not verdict.effect:
+        fail(
+            f"{where}.effect",
+            'repeats = "auto" plans its launches from the smallest shift that matters: set '
+            "effect above 0",
+        )
+    if verdict.test == "t" and verdict.most < 2:
         fail(f"{where}.repeats", "a t-test needs at least two launches")
 
 

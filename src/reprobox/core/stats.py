@@ -270,6 +270,38 @@ def t_test(
     return MetricTest(decision, mean, ci, t, p, n, f"one-sample t-test (df {df}), mean = {mu:g}")
 
 
+MAX_PLANNED = 100_000  # the most launches a power calculation names
+
+
+def t_launches(sd: float, effect: float, *, alpha: float, beta: float) -> int:
+    """The power calculation of a one-sample t-test read through its (1 - alpha) interval:
+    the fewest n with (t(1 - alpha/2, n-1) + t(1 - beta, n-1)) * sd / sqrt(n) <= effect,
+    so a mean `effect` away from the value tested has its interval clear of that value
+    with chance >= 1 - beta (at a true sd of `sd`). MAX_PLANNED when no n is enough."""
+    if sd <= 0:
+        return 2
+    if effect <= 0:
+        return MAX_PLANNED
+    z = norm_ppf(1 - alpha / 2) + norm_ppf(1 - beta)
+    n = max(2, math.ceil((z * sd / effect) ** 2))  # the normal's n: the t's is never fewer
+    while n < MAX_PLANNED:
+        if (t_ppf(1 - alpha / 2, n - 1) + t_ppf(1 - beta, n - 1)) * sd / math.sqrt(n) <= effect:
+            return n
+        n += max(1, n // 50)  # within 2% of the fewest: a plan, not a verdict
+    return MAX_PLANNED
+
+
+def sd_lower(sd: float, df: int, confidence: float = 0.95) -> float:
+    """A one-sided lower confidence bound of a normal sample's sd, from its chi-square
+    (Wilson-Hilferty's cube-root approximation of the quantile, within 1% from df 3 on):
+    how small the spread may still be."""
+    if df < 1:
+        return 0.0
+    z = norm_ppf(confidence)
+    chi2 = df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+    return sd * math.sqrt(df / chi2)
+
+
 def sign_test(values: Sequence[float], *, mu: float = 0.0, alpha: float = 0.01) -> MetricTest:
     """The exact two-sided sign test of median = mu (ties with mu dropped): assumes nothing
     of the distribution but independence. The interval is the order statistics' one for the

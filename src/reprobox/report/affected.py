@@ -173,6 +173,21 @@ def release_map(
     return found
 
 
+def measured_releases(
+    summary: BisectSummary, records: Sequence[Record]
+) -> list[tuple[str, Verdict, Record]]:
+    """The measured cells of a release bisect's or sweep's configuration (`config_of`), each
+    with the release it ran and its verdict: what the report shows beside the answer."""
+    package, variant, platform, others = config_of(summary)
+    found: list[tuple[str, Verdict, Record]] = []
+    for record in records:
+        ran = _release_of(record, package, variant, platform, dict(others))
+        if ran is not None and record.verdict in (Verdict.CLEAN.value, Verdict.REPRODUCED.value):
+            public = _version(ran)  # `2.1.0+cpu` as imported is the release 2.1.0
+            found.append((str(public) if public else ran, Verdict(record.verdict), record))
+    return found
+
+
 def _release_of(
     record: Record, package: str, variant: str, platform: str, others: Mapping[str, str]
 ) -> str | None:
@@ -190,6 +205,11 @@ def _release_of(
             if canonicalize_name(str(name)) == package:
                 return str(version)
     return pinned.get(package)
+
+
+def version_key(text: str) -> Version | str:
+    """A release as compared (`_version`), or its text when it is no version."""
+    return _version(text) or text
 
 
 def _version(text: str) -> Version | None:

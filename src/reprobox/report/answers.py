@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
 
-from reprobox.bisect.summary import BisectSummary
+from reprobox.bisect.summary import BisectSummary, Contradiction
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
+from reprobox.core.records import Record
 from reprobox.report import affected
 from reprobox.report import markdown as md
 from reprobox.report.markdown import Section
@@ -128,13 +129,92 @@ def headline(b: Builder) -> Section:
     for summary in b.summaries:  # newest first
         if summary.kind != "sweep":
             newest.setdefault(summary.kind, summary)
-    lines += [line for s in newest.values() if (line := bisect_headline(s))]
+    for summary in newest.values():
+        against = measured_against(b, summary)
+        line = conflict_line(summary, against) if against else bisect_headline(summary)
+        lines += [line] if line else []
     lines.append(result_line(b))
     return Section("\n\n".join(lines))
 
 
+_THROUGHOUT = re.compile(r"^no change in the range: (?P<word>reproducing|clean) throughout ")
+
+
+def throughout(summary: BisectSummary) -> Verdict | None:
+    """The verdict a "no change" answer claims for every release of its range (its closing
+    line says which: `no change in the range: reproducing throughout ...`)."""
+    found = _THROUGHOUT.match(summary.result) if summary.status == "no-change" else None
+    if found is None:
+        return None
+    return Verdict.REPRODUCED if found["word"] == "reproducing" else Verdict.CLEAN
+
+
+def measured_against(b: Builder, summary: BisectSummary) -> list[tuple[Contradiction, Record]]:
+    """The measured cells this report shows that contradict a release bisect's answer (a
+    boundary, "found" or "ambiguous": each side's verdict; "no change": one verdict
+    throughout the range) or a sweep's map (each release as its probes found it), each with
+    the cell that measured it. Other answers claim no verdict of a release (flaky,
+    non-monotone, undecided), and a date or commit bisect's items are not the cells'
+    releases."""
+    if summary.kind not in ("release", "sweep"):
+        return []
+    measured = affected.measured_releases(summary, b.ran)
+    cell_of = {f"the {r.label} cell of this report": r for _, _, r in measured}
+    known = [(ran, verdict, f"the {r.label} cell of this report") for ran, verdict, r in measured]
+    if summary.kind == "release" and summary.status in ("found", "ambiguous"):
+        against, _ = summary.contradicted_by(known)
+        return [(c, cell_of[c.source]) for c in against]
+    claimed = throughout(summary)
+    if summary.kind == "sweep":  # each release as its probes map it
+        said = {
+            affected.version_key(p.item): Verdict(p.verdict) for p in summary.probes if p.verdict
+        }
+    elif claimed is not None:
+        said = {affected.version_key(v): claimed for v in summary.versions}
+    else:
+        return []
+    return [
+        (
+            Contradiction(item=ran, verdict=verdict, expected=wanted, source=where),
+            cell_of[where],
+        )
+        for ran, verdict, where in known
+        if (wanted := said.get(affected.version_key(ran))) is not None and verdict is not wanted
+    ]
+
+
+def conflict_line(summary: BisectSummary, against: Sequence[tuple[Contradiction, Record]]) -> str:
+    """A bisect's answer that a cell of this report contradicts: both named, neither the
+    headline ("the bisect's answer ... conflicts with the measured cell ...: see both")."""
+    cells = "; ".join(
+        f"the measured cell {md.code(record.label)} ({md.text(summary.package or '')} "
+        f"{md.text(c.item)} {c.verdict.value}{_how(record)}, where the answer implies "
+        f"{c.expected.value})"
+        for c, record in against
+    )
+    return (
+        f"**Conflict:** the {summary.kind} bisect's answer ({md.text(summary.result)}) "
+        f"conflicts with {cells}: see both (the bisect's probes below, the cells under "
+        "*Results*); neither is claimed here."
+    )
+
+
+def _how(record: Record) -> str:
+    """` by a one-sample t-test over 40 launches`: how a noisy cell was decided."""
+    stat = record.stat or {}
+    test, n = stat.get("test"), stat.get("n")
+    if not isinstance(test, str) or not isinstance(n, int):
+        return ""
+    return f" by {md.text(test.split(' (')[0])} over {n} launches"
+
+
 def result_line(b: Builder) -> str:
     bug = b.bug_record()
+    if bug is None and not b.records:  # a report of sweeps and bisects alone
+        return (
+            "**No cell measured:** the answers above come from the sweeps and bisects on "
+            "disk alone (their probes below)."
+        )
     if bug is None:
         return f"**No verdict:** none of the {len(b.records)} cells ran (see *Not run* below)."
     facts = ", ".join(b.versions(bug))
@@ -266,28 +346,17 @@ def doubts(b: Builder, summary: BisectSummary) -> str:
         f"({md.text(c.source)}), the answer implies {c.expected.value}"
         for c in summary.contradictions
     ]
-    if summary.kind == "release" and summary.status in ("found", "ambiguous"):
-        known = [
-            (dict(r.packages)[k], Verdict(r.verdict), f"the {r.label} cell of this report")
-            for r in b.ran
-            for k in r.packages
-            if len(r.packages) == 1
-            and canonicalize_name(k) == summary.package
-            and r.variant == summary.variant
-            and r.platform == summary.platform
-            and not r.params
-            and r.verdict in (Verdict.CLEAN.value, Verdict.REPRODUCED.value)
+    against = [c for c, _ in measured_against(b, summary)]
+    if against:
+        lines = [
+            "**Not certain:** records in this report contradict this answer: the verdict "
+            "changes more than once in the range, or the outcome is noisy (run `reprobox "
+            "sweep`, or declare `[verdict] repeats` and bisect with `--flaky`):",
+            *(
+                f"- {md.text(summary.package or '')} {md.text(c.item)}: {c.verdict.value} "
+                f"({md.text(c.source)}), the answer implies {c.expected.value}"
+                for c in against
+            ),
+            *lines,
         ]
-        against, _ = summary.contradicted_by(known)
-        if against:
-            lines = [
-                "**Not certain:** records in this report contradict this answer, so the "
-                "verdict changes more than once in the range (run `reprobox sweep`):",
-                *(
-                    f"- {md.text(summary.package)} {md.text(c.item)}: {c.verdict.value} "
-                    f"({md.text(c.source)}), the answer implies {c.expected.value}"
-                    for c in against
-                ),
-                *lines,
-            ]
     return "\n".join(lines)

@@ -99,12 +99,16 @@ def not_run(record: Record) -> bool:
     return record.exit_code in _NOT_RUN or not (record.command or record.exits)
 
 
-def load_records(store: RecordStore, name: str, selection: Selection = Selection()) -> Loaded:
+def load_records(
+    store: RecordStore, name: str, selection: Selection = Selection(), *, answers: int = 0
+) -> Loaded:
     """The newest measured record of every cell of `name`, by the store's one rule (the
     table shows the same ones), less the cells `selection` leaves out.
 
     A half-written record is skipped for the next older run of its cell, and named in the
-    report; a record of another repro under this repro's folder is an error."""
+    report; a record of another repro under this repro's folder is an error. With no cell
+    on disk, `answers` (the sweeps and bisects on disk) make a report of their own: none
+    is loaded, never an error."""
     base = store.repro_dir(name)
     if not base.is_dir():
         raise ReportError(f"no results for {name} under {base}; run `reprobox run {name}` first")
@@ -113,6 +117,8 @@ def load_records(store: RecordStore, name: str, selection: Selection = Selection
     except ForeignRecord as exc:
         raise ReportError(str(exc)) from None
     records = [h.record for h in cells]
+    if not records and answers:
+        return Loaded([], skipped)
     if not records:
         extra = f" ({len(skipped)} unreadable)" if skipped else ""
         raise ReportError(f"no usable records for {name} under {base}{extra}")

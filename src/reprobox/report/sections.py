@@ -17,7 +17,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from reprobox.bisect.summary import BisectSummary
-from reprobox.core import spec
+from reprobox.core import repeated, spec
 from reprobox.core.errors import BadInput
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
@@ -76,6 +76,12 @@ class Builder:
         except BadInput:  # a variant since removed from repro.toml: the repro's rule
             return list(self.repro.spec.verdict.reproduced_if)
 
+    def _verdict(self, variant: str) -> spec.VerdictSection:
+        try:
+            return self.repro.verdict(variant)
+        except BadInput:  # a variant since removed from repro.toml: the repro's [verdict]
+            return self.repro.spec.verdict
+
     def _is_measured(self, record: Record) -> bool:
         return any(r is record for r, _ in self.measured)
 
@@ -130,11 +136,18 @@ class Builder:
         text = self.repro.spec.repro.expected.strip()
         if not text:
             bug = self.bug_record()
-            rules = self._rules(bug.variant if bug else self.variants[0])
+            variant = bug.variant if bug else self.variants[0]
+            rules = self._rules(variant)
             rule = " and ".join(f"{md.code(r.metric)} <= {r.above:g}" for r in rules)
             clean = [r.label for r in self.judged if r.verdict == Verdict.CLEAN]
             like = f", as with {names(clean)}" if clean else ""
-            text = f"The run is clean: {rule}{like}."
+            # a declared test decides, not the rule one launch is judged by
+            declared = repeated.describe(self._verdict(variant))
+            text = (
+                f"The run is clean, {declared}{like}."
+                if declared
+                else f"The run is clean: {rule}{like}."
+            )
         else:
             text = md.defuse(text)
         return Section(f"### Expected behavior\n\n{text}")
