@@ -147,3 +147,19 @@ def test_a_verify_probe_that_disagrees_with_itself_is_named_noisy(tmp_path: Path
     )  # fmt: skip
     assert [c.source for c in again.contradictions] == ["verify probe"]
     assert consistent.calls.count(("4.48.0", 3)) == 1  # launched three times all the same
+
+
+def test_a_boundary_that_disagrees_on_confirmation_is_named_with_its_counts(
+    tmp_path: Path,
+) -> None:
+    # 4.47.0 reproduces at its first launch and not at its second (--confirm 2)
+    history = transformers_history()
+    history.by_attempt = {"4.47.0": [R, C, R, R]}
+    summary = release_bisect(
+        hist_target(tmp_path), "transformers", "4.46.1", "4.47.0", transformers_index(),
+        probes=history.probes, log_path=tmp_path / "log.jsonl", confirm=2,
+    )  # fmt: skip
+    assert summary.status == "flaky", summary.result
+    assert summary.result.startswith(
+        "flaky: transformers 4.47.0 (reproduced in 1 of 2 launches) gave different verdicts"
+    ), summary.result

@@ -18,7 +18,8 @@ row with fewer mean launches than (log2(N-1) - h(0.01) - 0.01 log2(N-2)) / C (Fa
 inequality; C the most one launch can tell about which side of the change a release is on,
 with the levels known), and `x bound` the ratio.
 
-    .venv/bin/nox -s bench -- metric_bisect [--trials 300] [--sizes 8,32] [--table]
+    .venv/bin/nox -s bench -- metric_bisect [--trials 300] [--sizes 8,32] [--kinds metric,flake]
+        [--table]
 """
 
 from __future__ import annotations
@@ -155,14 +156,14 @@ def cell(spec: tuple) -> dict:
     return out
 
 
-def specs(sizes: list[int], trials: int, seed: int) -> list[tuple]:
+def specs(sizes: list[int], trials: int, seed: int, kinds: str = "metric,flake") -> list[tuple]:
     rows: list[tuple] = []
     for n in sizes:
         rows += [("metric", n, s, sp, trials, seed) for s in SHIFTS for sp in SPREADS]
         rows.append(("metric", n, None, 1.0, trials, seed))
         rows += [("flake", n, f, p, trials, seed) for f, p in FLAKES]
         rows += [("flake", n, f, f, trials, seed) for f in (0.2, 0.4)]  # no change
-    return rows
+    return [row for row in rows if row[0] in kinds.split(",")]
 
 
 def table(rows: list[dict]) -> str:
@@ -199,10 +200,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="8,32")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--kinds", default="metric,flake", help="metric, flake or both")
     parser.add_argument("--table", action="store_true", help="a markdown table, not JSON")
     args = parser.parse_args()
     started = time.perf_counter()
-    todo = specs([int(s) for s in args.sizes.split(",")], args.trials, args.seed)
+    todo = specs([int(s) for s in args.sizes.split(",")], args.trials, args.seed, args.kinds)
     with Pool(args.processes) as pool:
         rows = []
         for row in pool.imap(cell, todo):

@@ -188,6 +188,7 @@ def _summarize(run: Run[T]) -> BisectSummary:
         axis.fields, run.result, run.found, run.verified, shown=axis.describe,
         final=run.final, agreeing=run.agreeing, yanked=axis.yanked, **run.more,
     )  # fmt: skip
+    summary.probes = list(run.prober.runs)  # a flaky line counts each item's verdicts
     summary.assumption = assumption(axis.noun, axis.ends, probed(run), len(axis.items), notes(run))
     if axis.answer is not None:
         summary.result = axis.answer(summary, run)

@@ -275,6 +275,19 @@ def assumption(noun: str, ends: tuple[str, str], probed: int, total: int, extra:
     return f"{between}; {probed} of {total} {noun}s probed{extra}"
 
 
+def _tallies(summary: BisectSummary) -> list[str]:
+    """Each item that disagreed with itself, with its count: `4.48.0 (reproduced in 1 of 2
+    launches)`, from the probes the summary keeps."""
+    shown = []
+    for item in summary.flaky:
+        verdicts = [p.verdict for p in summary.probes if p.item == item and p.verdict]
+        hits = sum(v == "reproduced" for v in verdicts)
+        shown.append(
+            f"{item} (reproduced in {hits} of {len(verdicts)} launches)" if verdicts else item
+        )
+    return shown
+
+
 def answer(
     summary: BisectSummary,
     noun: str,
@@ -296,7 +309,7 @@ def answer(
 
     if summary.status == "flaky":
         return (
-            f"flaky: {subject}{', '.join(summary.flaky)} gave different verdicts when "
+            f"flaky: {subject}{', '.join(_tallies(summary))} gave different verdicts when "
             "repeated; no boundary claimed (the outcome is noisy: rerun with --flaky, or "
             "declare [verdict] repeats)"
         )
