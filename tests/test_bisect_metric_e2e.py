@@ -5,18 +5,16 @@ that overlap so much that the per-launch rule (drift > 0.5) reproduces in 31% of
 before the change and 50% after. The variant declares the statistical test (t on the metric),
 so `reprobox bisect` searches the metric's samples (strategy "shift"). Seeded by REPRO_SEED,
 so every run of this test is the same: it names 1.2.0 at its stated confidence; a budget too
-small is undecided (exit 1), never a guess; a range without the shift is "no change"."""
+small is undecided (exit 1), never a guess; a range without the shift is "no change"; the
+report over that history states the answer and no conflict with its cells."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wheel_index import WheelIndex
+from wheel_index import WheelIndex, write_wheel
 
 from conftest import reprobox
 from reprobox.bisect.summary import BisectSummary, read_summary
@@ -70,24 +68,9 @@ sys.exit({"clean": 0, "reproduced": 1}[verdict])
 
 
 def _wheel(folder: Path, version: str) -> None:
-    """reprobox_drift-VERSION-py3-none-any.whl, byte-identical every time."""
-    info = f"reprobox_drift-{version}.dist-info"
     mean = 0.5 if version >= "1.2.0" else 0.0
-    files = {
-        "driftpkg/__init__.py": f"VERSION = {version!r}\nMEAN = {mean}\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {version}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
-    }
-    lines = []
-    for name, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        lines.append(f"{name},sha256={digest.decode()},{len(text.encode())}")
-    files[f"{info}/RECORD"] = "\n".join([*lines, f"{info}/RECORD,,"]) + "\n"
-    path = folder / f"reprobox_drift-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as wheel:
-        for name, text in files.items():
-            wheel.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), text)
+    init = f"VERSION = {version!r}\nMEAN = {mean}\n"
+    write_wheel(folder, PACKAGE, version, {"driftpkg/__init__.py": init})
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +121,12 @@ def test_a_half_sd_shift_is_named_from_the_metric(drift_root: Path) -> None:
     assert sum(p.resumed for p in summary.probes) == 20
     fresh = [p for p in summary.probes if p.fresh]
     assert fresh and all(p.value is not None and p.record for p in fresh)
+    # the report over that history states the answer and finds nothing that contradicts it
+    report = reprobox("report", "drift", "--no-env")
+    assert report.returncode == 0, report.stdout + report.stderr
+    comment = (drift_root / "results" / "drift" / "_report" / "comment.md").read_text()
+    assert "drift's mean shifts" in comment and f"{PACKAGE} 1.2.0" in comment
+    assert "Conflict" not in comment
 
 
 def test_a_range_without_the_shift_is_no_change(drift_root: Path) -> None:

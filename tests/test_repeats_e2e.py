@@ -12,8 +12,6 @@ a launch.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import shutil
@@ -21,13 +19,12 @@ import signal
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from wheel_index import WheelIndex
+from wheel_index import WheelIndex, write_wheel
 
 from conftest import FIXTURES, reprobox
 from reprobox.core.errors import ExitCode
@@ -46,24 +43,8 @@ def flip(rate, seed):
 
 
 def _wheel(folder: Path) -> Path:
-    """reprobox_coin-0.1.0-py3-none-any.whl, byte-identical every time (fixed zip dates)."""
-    info = "reprobox_coin-0.1.0.dist-info"
-    files = {
-        "coin/__init__.py": COIN,
-        f"{info}/METADATA": "Metadata-Version: 2.1\nName: reprobox-coin\nVersion: 0.1.0\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
-    }
-    lines = []
-    for name, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        lines.append(f"{name},sha256={digest.decode()},{len(text.encode())}")
-    files[f"{info}/RECORD"] = "\n".join([*lines, f"{info}/RECORD,,"]) + "\n"
-    path = folder / "reprobox_coin-0.1.0-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as wheel:
-        for name, text in files.items():
-            wheel.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), text)
-    return path
+    """reprobox_coin-0.1.0-py3-none-any.whl, byte-identical every time."""
+    return write_wheel(folder, "reprobox-coin", "0.1.0", {"coin/__init__.py": COIN})
 
 
 @pytest.fixture(scope="module")

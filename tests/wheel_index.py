@@ -8,12 +8,14 @@ every path it was asked for, so a test can tell that a wheel came from it.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import html
 import http.server
 import json
 import threading
 import urllib.parse
+import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
@@ -21,6 +23,29 @@ from types import TracebackType
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"  # PEP 691
+
+
+def write_wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> Path:
+    """A pure-Python wheel of `files` (path in the wheel -> text), byte-identical every time
+    (fixed zip dates): the one builder of the tests' fake packages."""
+    stem = f"{name.replace('-', '_')}-{version}"
+    info = f"{stem}.dist-info"
+    files = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    lines = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        lines.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join([*lines, f"{info}/RECORD,,"]) + "\n"
+    wheel_path = folder / f"{stem}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel_path, "w", zipfile.ZIP_DEFLATED) as wheel:
+        for path, text in files.items():
+            wheel.writestr(zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0)), text)
+    return wheel_path
 
 
 def _sha256(path: Path) -> str:
