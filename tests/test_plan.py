@@ -64,3 +64,18 @@ def test_yanked_candidates_are_in_the_plan_and_marked(tmp_path: Path) -> None:
     _, axis = release_axis(target, "transformers", "4.45.2", "4.46.1", transformers_index())
     found = plan.plan(axis, Strategy(), "hist", "broken", "cpu")
     assert found.candidates == ["4.45.2", "4.46.0", "4.46.1"] and found.yanked == ["4.46.0"]
+
+
+def test_a_metric_plan_is_an_estimate_at_the_smallest_shift(tmp_path: Path) -> None:
+    _, axis = release_axis(hist_target(tmp_path), "transformers", "4.46.1", "4.48.2",
+                           transformers_index())  # fmt: skip
+    strategy = Strategy(flaky=True, metric="loss_gap", max_runs=5000, min_shift=0.5)
+    found = plan.plan(axis, strategy, "hist", "broken", "cpu")
+    assert found.strategy == "shift" and found.estimate
+    assert found.probes == plan.metric_estimate(len(axis.names), 0.99, 0.5, 5000) > 300
+    assert found.rule.startswith("estimate at a shift of 0.5 sd of loss_gap")
+    # a smaller shift that counts takes more launches; the budget caps it
+    assert plan.metric_estimate(8, 0.99, 0.25, 100_000) > plan.metric_estimate(
+        8, 0.99, 0.5, 100_000
+    )
+    assert plan.metric_estimate(8, 0.99, 0.25, 2000) == 2000

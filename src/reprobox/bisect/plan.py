@@ -40,6 +40,16 @@ def flaky_estimate(n_items: int, confidence: float, max_runs: int) -> int:
     return min(max_runs, decisions * repeats)
 
 
+def metric_estimate(n_items: int, confidence: float, min_shift: float, max_runs: int) -> int:
+    """A rough count for the metric search at the smallest shift that counts (a larger
+    shift takes fewer): each of its about log2(N)+2 decisions needs about
+    2 ln(N / (1 - confidence)) / (min_shift^2 / 2) launches (the evidence one launch gives
+    between two sides min_shift sd apart), at most `max_runs`."""
+    decisions = math.ceil(math.log2(max(n_items, 2))) + 2
+    per = 2 * math.log(max(n_items, 2) / (1 - confidence)) / (min_shift**2 / 2)
+    return min(max_runs, math.ceil(decisions * per))
+
+
 class PlanOutput(BaseModel):
     """`bisect --dry-run`: the candidates, the ends it would check and what it would cost;
     nothing is launched."""
@@ -55,7 +65,7 @@ class PlanOutput(BaseModel):
     candidates: list[str]  # oldest first, both ends in; yanked ones in and marked
     yanked: list[str] = []
     ends: tuple[str, str]  # good, bad: probed first
-    strategy: Literal["binary", "multisection", "flaky"]
+    strategy: Literal["binary", "multisection", "flaky", "shift"]
     workers: int = 1
     ends_probes: int = 2
     search_probes: int  # at most (flaky: estimated, the ends and repeats included)
@@ -78,6 +88,16 @@ def plan(axis: Axis[Any], strategy: Strategy, repro: str, variant: str,
     common = dict(kind=axis.kind, repro=repro, variant=variant, platform=platform,
                   candidates=names, yanked=list(axis.yanked), ends=ends,
                   workers=workers)  # fmt: skip
+    if strategy.flaky and strategy.metric is not None:
+        total = metric_estimate(n, strategy.confidence, strategy.min_shift, strategy.max_runs)
+        return PlanOutput(
+            **common, strategy="shift", ends_probes=0, search_probes=total, search_rounds=total,
+            probes=total, estimate=True,
+            rule=f"estimate at a shift of {strategy.min_shift:g} sd of {strategy.metric} (larger "
+            f"shifts take fewer): about (log2({n})+2) decisions x 2 ln({n}/(1-"
+            f"{strategy.confidence})) / ({strategy.min_shift:g}^2/2) launches each; it stops at "
+            f"confidence {strategy.confidence} or --max-runs {strategy.max_runs}",
+        )  # fmt: skip
     if strategy.flaky:
         total = flaky_estimate(n, strategy.confidence, strategy.max_runs)
         return PlanOutput(
