@@ -337,12 +337,11 @@ def shift_search(
             for pick in _choose(sums, w, allowed, size, workers, rng):
                 jobs += [pick] * per
         jobs = jobs[:left]
-        attempts = []
+        attempts: list[tuple[T, int]] = []  # each launch its own attempt: its own run
+        counted: dict[int, int] = {}
         for index in jobs:
-            tries[index] += 1
-            attempts.append((items[index], tries[index]))
-        for index in jobs:
-            tries[index] -= 1
+            counted[index] = counted.get(index, tries[index]) + 1
+            attempts.append((items[index], counted[index]))
         values = probe(attempts)
         for index, value in zip(jobs, values, strict=True):
             if allowed[index]:
