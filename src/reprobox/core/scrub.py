@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,16 @@ _TOKENS = re.compile("(?<![A-Za-z0-9])(?:" + "|".join(_TOKEN_SHAPES) + ")", re.D
 _BEARER = re.compile(
     r"\b(Bearer\s+|Authorization:\s*(?:[A-Za-z]+\s+)?)[A-Za-z0-9._~+/=-]{8,}", re.I
 )
-_URL_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@'\"]+@")
+# Every pattern that may start at any character of a run (a scheme, a name, a flag) starts
+# only where that run starts, skips its first characters that cannot begin one, and then
+# never gives back what it matched (`*+`): a backtracking match tried at every character
+# of a long unbroken word (a base64 blob, a hex dump, a tensor on one line) was quadratic
+# (2.3 s for one 8 KiB line; `nox -s bench -- scrub`). The match found is the one the plain
+# pattern found first: its end is fixed by the run's end, whichever character it starts at.
+_URL_USERINFO = re.compile(
+    r"(?<![a-zA-Z0-9+.-])(?P<pre>(?:(?!\b[a-zA-Z])[a-zA-Z0-9+.-])*+)"
+    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*+://)[^/\s@'\"]++@"
+)
 # `password X` / `passwd X` as prose and config files give it (not `password is required`).
 _PASSWORD_WORD = re.compile(
     r"(?i)\b(pass(?:word|wd|phrase)\s+)"
@@ -85,17 +94,56 @@ _QUOTED = re.compile(
 _ALWAYS_SECRET = re.compile(r"PASSW(?:OR)?D|PASSPHRASE|SECRET|CREDENTIAL", re.IGNORECASE)
 # NAME=value, --name=value, "name": "value", name: value; and `--name value` on a command line.
 _ASSIGN = re.compile(
-    r"(?P<name>[A-Za-z_][\w.-]*)(?P<sep>[\"']?\s*[=:]\s*[\"']?)(?P<value>[^\s'\",;&()\[\]{}]+)"
+    r"(?<![\w.-])(?P<pre>(?:[^\W_A-Za-z]|[.-])*+)(?P<name>[A-Za-z_][\w.-]*+)"
+    r"(?P<sep>[\"']?\s*+[=:]\s*+[\"']?)(?P<value>[^\s'\",;&()\[\]{}]++)"
 )
-_FLAG_VALUE = re.compile(r"(?P<name>--?[A-Za-z][\w-]*)(?P<sep>\s+)(?P<value>[^\s'\"-][^\s'\"]*)")
+_FLAG_VALUE = re.compile(
+    r"(?<![\w-])(?P<pre>(?:\w++|-(?!-?[A-Za-z]))*+)(?P<name>--?[A-Za-z][\w-]*+)"
+    r"(?P<sep>\s++)(?P<value>[^\s'\"-][^\s'\"]*+)"
+)
 _CODE_LIKE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")  # a dotted name: attribute access
 _HOME_DIRS = re.compile(r"(?<![\w./-])(?:/home/[^/\s'\"]+|/Users/[^/\s'\"]+|/root)(?=/|\b|$)")
+# What every match of a pattern holds (lower case for a pattern that ignores case): a text
+# without any of them is not searched (`_may_match`). tests/test_scrub.py checks each
+# against every match its cases give.
+NEEDLES: dict[re.Pattern[str], tuple[str, ...]] = {
+    _BEARER: ("bearer", "authorization:"),
+    _URL_USERINFO: ("://",),
+    _AZURE: ("accountkey=", "sharedaccesskey=", "sharedaccesssignature=", "sig="),
+    _NETRC: ("password",),
+    _USER_PASS: ("-u", "-U"),
+    _SSHPASS: ("sshpass",),
+    _PASSWORD_WORD: ("pass",),
+    _MYSQL_P: ("mysql", "mariadb"),
+    _GLUED_P: ("-p",),
+    _QUOTED: ('"', "'"),
+    _ASSIGN: ("=", ":"),
+    _FLAG_VALUE: ("-",),
+    _HOME_DIRS: ("/home/", "/Users/", "/root"),
+}
 
 
 def hide_url_credentials(text: str) -> str:
     """`text` with the `user:password@` of every URL in it replaced: the one rule for a URL
     that is shown, stored or turned into a folder name (`git+https://u:p@host/x@ref`)."""
-    return _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    if not _may_match(_URL_USERINFO, text):
+        return text
+    return _URL_USERINFO.sub(_hide_userinfo, text)
+
+
+def _may_match(shape: re.Pattern[str], text: str) -> bool:
+    """False only when `text` lacks every string a match of `shape` must hold (NEEDLES): a
+    pass of a pattern costs about 0.03 s per MiB, and a log rarely holds `sshpass`. A shape
+    that ignores case is looked for in the lowered text, which is exact for ASCII only: other
+    text always gets the pass (Unicode case rules pair `İ` with `i`, `K` with `k`)."""
+    needles = NEEDLES.get(shape)
+    if needles is None:
+        return True
+    if shape.flags & re.IGNORECASE:
+        if not text.isascii():
+            return True
+        text = text.lower()
+    return any(needle in text for needle in needles)
 
 
 def looks_secret(name: str) -> bool:
@@ -129,8 +177,28 @@ def _hide_quoted(match: re.Match[str]) -> str:
 
 def _hide_assignment(match: re.Match[str]) -> str:
     if looks_secret(match["name"]) and _worth_hiding(match["value"]):
-        return f"{match['name']}{match['sep']}{REDACTED}"
+        return f"{match['pre']}{match['name']}{match['sep']}{REDACTED}"
     return match.group(0)
+
+
+def _keep_first(match: re.Match[str]) -> str:
+    return f"{match.group(1)}{REDACTED}"
+
+
+def _hide_userinfo(match: re.Match[str]) -> str:
+    return f"{match['pre']}{match['scheme']}{REDACTED}@"
+
+
+# The shapes `Scrubber.text` replaces after the tokens, in order.
+_SHAPES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    (_BEARER, _keep_first),
+    (_URL_USERINFO, _hide_userinfo),
+    *((shape, _keep_first) for shape in (_AZURE, _NETRC, _USER_PASS, _SSHPASS)),
+    *((shape, _keep_first) for shape in (_PASSWORD_WORD, _MYSQL_P, _GLUED_P)),
+    (_QUOTED, _hide_quoted),
+    (_ASSIGN, _hide_assignment),
+    (_FLAG_VALUE, _hide_assignment),
+)
 
 
 class Scrubber:
@@ -162,18 +230,14 @@ class Scrubber:
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
         text = _TOKENS.sub(REDACTED, text)
-        text = _BEARER.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
-        text = hide_url_credentials(text)
-        for shape in (_AZURE, _NETRC, _USER_PASS, _SSHPASS, _PASSWORD_WORD, _MYSQL_P, _GLUED_P):
-            text = shape.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
-        text = _QUOTED.sub(_hide_quoted, text)
-        text = _ASSIGN.sub(_hide_assignment, text)
-        text = _FLAG_VALUE.sub(_hide_assignment, text)
+        for shape, replace in _SHAPES:
+            if _may_match(shape, text):
+                text = shape.sub(replace, text)
         if not self._paths:
             return text
-        if self._home and self._home not in ("/", "/root"):
+        if self._home and self._home not in ("/", "/root") and self._home in text:
             text = re.sub(rf"(?<![\w./-]){re.escape(self._home)}(?=/|\b|$)", "~", text)
-        return _HOME_DIRS.sub("~", text)
+        return _HOME_DIRS.sub("~", text) if _may_match(_HOME_DIRS, text) else text
 
     def argv(self, argv: list[str]) -> list[str]:
         """A command line with secrets removed, including the value after a secret flag
