@@ -27,6 +27,8 @@ margin (Slurm counts whole minutes), unless `--time` says otherwise. `--no-reque
 whose node fails ends NODE_FAIL instead of waiting in the queue for the node to return.
 An interrupt (Ctrl-C, SIGTERM) scancels every job this back end submitted, by their shared
 job name (a job whose `sbatch` was cut short included), and waits until `squeue` lists none.
+A harness killed outright (kill -9) cannot: its jobs' runners stop their launches once its
+heartbeat stops (`slurmjob.HarnessBeat`, within 45 s), and the jobs end.
 """
 
 from __future__ import annotations
@@ -168,6 +170,7 @@ class SlurmBackend:
         self._jobs: set[str] = set()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._beat = slurmjob.HarnessBeat()  # the runners stop their launch when it stops
 
     # -- before anything runs ------------------------------------------------------------
 
@@ -286,7 +289,11 @@ class SlurmBackend:
         )
         limit = self.time or time_limit(request.timeout)
         submitted = time.time()
-        job = self._submit([*self.options(request), str(script)])
+        try:
+            job = self._submit([*self.options(request), str(script)])
+        except BaseException:
+            self._beat.remove(task.plan.log_dir)
+            raise
         try:
             final = self._wait(job, task.outcome_file, limit, task.plan.nodes)
         except KeyboardInterrupt:
@@ -294,6 +301,7 @@ class SlurmBackend:
                 self._cancel([job])
             raise
         finally:
+            self._beat.remove(task.plan.log_dir)
             with self._lock:
                 self._jobs.discard(job)
         outcome = read_back(task.plan, request, job, final, limit, {"submitted_at": submitted})
@@ -329,7 +337,12 @@ class SlurmBackend:
             f"--array=0-{len(tasks) - 1}{throttle}",
         ]
         submitted = time.time()
-        job = self._submit([*argv, str(script)])
+        try:
+            job = self._submit([*argv, str(script)])
+        except BaseException:
+            for task in tasks:
+                self._beat.remove(task.plan.log_dir)
+            raise
         left = set(range(len(tasks)))
         deadline = limit_seconds(limit) + MARGIN_S
         watches = [Watch(t.outcome_file, deadline, t.plan.nodes) for t in tasks]
@@ -345,6 +358,7 @@ class SlurmBackend:
                     self._give_up(f"{job}_{index}", final)
                     left.discard(index)
                     task = tasks[index]
+                    self._beat.remove(task.plan.log_dir)
                     extra = {"array_job": job, "array_task": index, "array_size": len(tasks)}
                     yield index, read_back(
                         task.plan, task.request, f"{job}_{index}", final, limit,
@@ -356,6 +370,8 @@ class SlurmBackend:
             if left:
                 with interrupts.shielded(raise_pending=False):
                     self._cancel([job])
+                for index in left:
+                    self._beat.remove(tasks[index].plan.log_dir)
             with self._lock:
                 self._jobs.discard(job)
 
@@ -368,6 +384,7 @@ class SlurmBackend:
                      plan.log_dir / detached.OUTCOME_NAME)  # fmt: skip
         slurm_nodes.clear(plan.log_dir, plan.nodes)
         detached.write_plan(plan, task.plan_file)
+        self._beat.add(plan.log_dir)  # beating before the job can start: see slurmjob
         return task
 
     def _array_states(self, job: str) -> dict[int, dict[str, str]]:
