@@ -378,3 +378,33 @@ def test_the_bundle_runs_with_pip_where_uv_is_absent(toy_root: Path, tmp_path: P
     assert ran.returncode == 0, ran.stdout + ran.stderr
     (venv,) = folder.glob(".venv-*")
     assert (venv / "bin" / "pip").exists()  # the pip path, not uv's
+
+
+SECRET_NAMED = """
+[variants.secret_leak]
+expect = "reproduced"
+args = ["--mode", "reproduced"]
+default = false
+"""
+
+
+def test_a_bundle_never_redacts_its_own_expectations(toy_root: Path, tmp_path: Path) -> None:
+    """A variant whose name holds "secret": its expected verdict stays in verdict.json, and
+    check.py names it (it was "[REDACTED]": issue 35); a real secret in the bundle is still
+    replaced."""
+    toy = toy_root / "repros" / "toy"
+    (toy / "repro.toml").write_text((toy / "repro.toml").read_text() + SECRET_NAMED)
+    lock = tmp_path / "toy.lock"
+    lock.write_text(FAKE_LOCK)
+    (toy / "notes.txt").write_text("HF_TOKEN=hf_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3" + "\n")
+    made = write_bundle(_toy(toy_root), ["secret_leak"], {"secret_leak": lock}, tmp_path / "out")
+    verdicts = json.loads((made.dir / "verdict.json").read_text())
+    assert verdicts["expect"] == {"secret_leak": "reproduced"}, verdicts
+    assert "verdict.json" not in made.scrubbed and "notes.txt" in made.scrubbed
+    assert "hf_a1B2" not in (made.dir / "notes.txt").read_text()
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"schema": 1, "verdict": "reproduced", "metrics": {"level": 1.0}}))
+    check = [sys.executable, str(made.dir / "check.py"), "secret_leak", str(result), "1"]
+    ran = subprocess.run(check, capture_output=True, text=True)
+    assert ran.returncode == 1, ran.stdout + ran.stderr  # reproduced, as bisect reads it
+    assert "  expected for secret_leak: reproduced" in ran.stdout, ran.stdout

@@ -41,6 +41,7 @@ __all__ = ["TORCH_LINKS", "Bundle", "ByHand", "by_hand", "pip_line", "top_pins",
 
 BUNDLE_DIR = "_bundle"
 MARKER = ".reprobox-bundle"  # marks a folder this module wrote (and may replace)
+VERDICT_FILE = "verdict.json"  # the variants' rules and expectations, for check.py
 _FILES = (".py", ".yaml", ".yml", ".json", ".cfg", ".txt")
 VERDICT_CODES = {"clean": 0, "reproduced": 1, "cannot_test": 125}
 
@@ -154,7 +155,7 @@ def write_bundle(
         lines = {v: by_hand(repro, v) for v in variants}
         python = repro.python(platform)
         install_env = repro.install_env(platform)
-        (folder / "verdict.json").write_text(_verdict_json(repro, variants))
+        (folder / VERDICT_FILE).write_text(_verdict_json(repro, variants))
         (folder / "check.py").write_text(texts.CHECK_PY)
         run_file = folder / "run.sh"
         run_file.write_text(
@@ -196,7 +197,14 @@ def _scrub_files(folder: Path, scrub: Scrubber) -> list[str]:
             text = path.read_text()
         except UnicodeDecodeError:
             raise BundleError(f"{name} is not text, so it cannot be checked for secrets") from None
-        clean = scrub.text(text)
+        if name == VERDICT_FILE:
+            # The bundle's own expectations, written here from repro.toml: scrubbed value by
+            # value, so `"secret_leak": "reproduced"` (a variant's name, its verdict) is never
+            # read as a secret's name and its value, and redacted.
+            data = json.loads(text)
+            clean = json.dumps(scrub.data(data), indent=2) + "\n"
+        else:
+            clean = scrub.text(text)
         if clean != text:
             path.write_text(clean)
             changed.append(name)
