@@ -33,7 +33,7 @@ from reprobox.core.errors import BadInput
 from reprobox.envs.torch_source import pinned_torch
 from reprobox.envs.venvs import split_lock
 from reprobox.report import bundle_text as texts
-from reprobox.report.bundle_run import accepted, run_sh
+from reprobox.report.bundle_run import SUMS_FILE, accepted, run_sh
 from reprobox.report.byhand import TORCH_LINKS, ByHand, by_hand, pip_line, top_pins
 from reprobox.report.scrub import Scrubber
 
@@ -169,6 +169,7 @@ def write_bundle(
         )
         (folder / "README.md").write_text(readme)
         scrubbed = _scrub_files(folder, scrubber or Scrubber())
+        _write_sums(folder)  # after scrubbing: the locks as they are shipped
         archive = tmp / f"{name}.tar.gz"
         _tar(folder, archive)
         for old in (out / name, out / f"{name}.tar.gz"):
@@ -209,6 +210,17 @@ def _scrub_files(folder: Path, scrub: Scrubber) -> list[str]:
             path.write_text(clean)
             changed.append(name)
     return changed
+
+
+def _write_sums(folder: Path) -> None:
+    """requirements/SHA256SUMS: each lock's sha256, which run.sh checks on every run (a lock
+    edited after the install would otherwise run the old environment, unseen)."""
+    lines = [
+        f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.relative_to(folder).as_posix()}"
+        for path in sorted((folder / "requirements").glob("*.txt"))
+        if not path.name.endswith(".pins.txt")
+    ]
+    (folder / SUMS_FILE).write_text("\n".join(lines) + "\n")
 
 
 def _tar(folder: Path, archive: Path) -> None:
