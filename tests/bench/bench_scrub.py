@@ -69,6 +69,8 @@ CASES: dict[str, Callable[[], str]] = {
     "tensor_1MiB_line": lambda: _tensor(MIB),
     "dotted_1MiB_line": lambda: "a." * (MIB // 2),
     "dashed_1MiB_line": lambda: "-a" * (MIB // 2),
+    "mysql_words_1MiB_line": lambda: ("mysql " * (MIB // 6 + 1))[:MIB],
+    "key_begins_1MiB_line": lambda: "-----BEGIN RSA PRIVATE KEY----- " * (MIB // 32),
     "word_8MiB_of_1KiB_lines": lambda: _lines(_word, 8 * MIB),
     "log_8MiB_of_1KiB_lines": lambda: _log_lines(8 * MIB),
 }

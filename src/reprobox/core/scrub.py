@@ -40,8 +40,11 @@ _TOKEN_SHAPES = [
     r"pypi-AgE[A-Za-z0-9_-]{16,}",  # PyPI and TestPyPI upload tokens (macaroons)
     r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",  # JWTs: {"alg"..}.{..}.sig
     r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+",  # webhooks
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----",
 ]
+# A private key block, BEGIN to its END (`_hide_private_keys`: one lazy pattern was quadratic
+# in the number of BEGIN lines with no END after them).
+_KEY_BEGIN = re.compile(r"(?<![A-Za-z0-9])-----BEGIN [A-Z ]*PRIVATE KEY-----")
+_KEY_END = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
 # No \b before a prefix: `_` is a word character, and `kl_rank0_hf_...` must match too.
 _TOKENS = re.compile("(?<![A-Za-z0-9])(?:" + "|".join(_TOKEN_SHAPES) + ")", re.DOTALL)
 # `Bearer X` anywhere; `Authorization: <scheme> X` (Basic, token, ...) in headers.
@@ -69,7 +72,10 @@ _PASSWORD_WORD = re.compile(
 # a whole shell word with punctuation in it, never code: `-pooled["mean"]`, `-pooled.mean`
 # or `-p_value_2` in a repro's script is an expression, and redacting it would break the
 # script a maintainer runs.
-_MYSQL_P = re.compile(r"(?i)(\b(?:mysql\w*|mariadb\w*)\b[^\n]*?(?<!\S)-p)[^\s'\"]+")
+# (`_hide_mysql_p`: a mysql word, then on its line the first `-p` with a value glued to it;
+# one lazy pattern was quadratic in the mysql words of a line.)
+_MYSQL_WORD = re.compile(r"(?i)\b(?:mysql\w*|mariadb\w*)\b")
+_MYSQL_P = re.compile(r"(?i)(?<!\S)-p(?P<value>[^\s'\"]+)")
 _GLUED_P = re.compile(
     r"(?<!\S)(-p)(?=[^\s'\"]{6,})(?=\S*[A-Za-z])(?=\S*[^\w\s])"
     r"(?![^\s'\"]*(?:[()\[\]{}]|\.[A-Za-z_]))[^\s'\"]+(?=$|\s|['\"](?:$|\s))"
@@ -114,7 +120,7 @@ NEEDLES: dict[re.Pattern[str], tuple[str, ...]] = {
     _USER_PASS: ("-u", "-U"),
     _SSHPASS: ("sshpass",),
     _PASSWORD_WORD: ("pass",),
-    _MYSQL_P: ("mysql", "mariadb"),
+    _MYSQL_WORD: ("mysql", "mariadb"),
     _GLUED_P: ("-p",),
     _QUOTED: ('"', "'"),
     _ASSIGN: ("=", ":"),
@@ -189,12 +195,50 @@ def _hide_userinfo(match: re.Match[str]) -> str:
     return f"{match['pre']}{match['scheme']}{REDACTED}@"
 
 
+def _hide_private_keys(text: str) -> str:
+    """Each private key block (BEGIN to the first END after it) replaced whole."""
+    if "PRIVATE KEY-----" not in text:
+        return text
+    out: list[str] = []
+    pos = 0
+    while (begin := _KEY_BEGIN.search(text, pos)) is not None:
+        end = _KEY_END.search(text, begin.end())
+        if end is None:
+            break  # no END after this BEGIN: none after a later one either
+        out += [text[pos : begin.start()], REDACTED]
+        pos = end.end()
+    return "".join(out) + text[pos:]
+
+
+def _hide_mysql_p(text: str) -> str:
+    """mysql's `-pSECRET` (the value glued to -p) after a mysql-family word on its line: the
+    first such `-p` after the word, as one `mysql ... -pX` command line has it."""
+    if not _may_match(_MYSQL_WORD, text):
+        return text
+    out: list[str] = []
+    kept = pos = 0  # text[:kept] is in `out`; the next mysql word is looked for from `pos`
+    while (word := _MYSQL_WORD.search(text, pos)) is not None:
+        line_end = text.find("\n", word.end())
+        line_end = len(text) if line_end < 0 else line_end
+        flag = _MYSQL_P.search(text, word.end(), line_end)
+        if flag is None:
+            pos = line_end  # no -p on this line after this word: none after a later one
+            continue
+        out += [text[kept : flag.start("value")], REDACTED]
+        kept = pos = flag.end()
+    return "".join(out) + text[kept:]
+
+
 # The shapes `Scrubber.text` replaces after the tokens, in order.
 _SHAPES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
     (_BEARER, _keep_first),
     (_URL_USERINFO, _hide_userinfo),
     *((shape, _keep_first) for shape in (_AZURE, _NETRC, _USER_PASS, _SSHPASS)),
-    *((shape, _keep_first) for shape in (_PASSWORD_WORD, _MYSQL_P, _GLUED_P)),
+    (_PASSWORD_WORD, _keep_first),
+)
+# ... then mysql's `-pX` (`_hide_mysql_p`), then these.
+_SHAPES_AFTER: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    (_GLUED_P, _keep_first),
     (_QUOTED, _hide_quoted),
     (_ASSIGN, _hide_assignment),
     (_FLAG_VALUE, _hide_assignment),
@@ -229,8 +273,12 @@ class Scrubber:
         """`text` with every secret replaced by [REDACTED] and home paths by `~`."""
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
-        text = _TOKENS.sub(REDACTED, text)
+        text = _TOKENS.sub(REDACTED, _hide_private_keys(text))
         for shape, replace in _SHAPES:
+            if _may_match(shape, text):
+                text = shape.sub(replace, text)
+        text = _hide_mysql_p(text)
+        for shape, replace in _SHAPES_AFTER:
             if _may_match(shape, text):
                 text = shape.sub(replace, text)
         if not self._paths:
