@@ -27,8 +27,7 @@ margin (Slurm counts whole minutes), unless `--time` says otherwise. `--no-reque
 whose node fails ends NODE_FAIL instead of waiting in the queue for the node to return.
 An interrupt (Ctrl-C, SIGTERM) scancels every job this back end submitted, by their shared
 job name (a job whose `sbatch` was cut short included), and waits until `squeue` lists none.
-A harness killed outright (kill -9) cannot: its jobs' runners stop their launches once its
-heartbeat stops (`slurmjob.HarnessBeat`, within 45 s), and the jobs end.
+A harness killed with -9 cannot: its runners stop once its beat does (`slurmjob`: 45 s).
 """
 
 from __future__ import annotations
@@ -289,11 +288,7 @@ class SlurmBackend:
         )
         limit = self.time or time_limit(request.timeout)
         submitted = time.time()
-        try:
-            job = self._submit([*self.options(request), str(script)])
-        except BaseException:
-            self._beat.remove(task.plan.log_dir)
-            raise
+        job = self._submit([*self.options(request), str(script)])
         try:
             final = self._wait(job, task.outcome_file, limit, task.plan.nodes)
         except KeyboardInterrupt:
@@ -337,12 +332,7 @@ class SlurmBackend:
             f"--array=0-{len(tasks) - 1}{throttle}",
         ]
         submitted = time.time()
-        try:
-            job = self._submit([*argv, str(script)])
-        except BaseException:
-            for task in tasks:
-                self._beat.remove(task.plan.log_dir)
-            raise
+        job = self._submit([*argv, str(script)])
         left = set(range(len(tasks)))
         deadline = limit_seconds(limit) + MARGIN_S
         watches = [Watch(t.outcome_file, deadline, t.plan.nodes) for t in tasks]
@@ -358,7 +348,6 @@ class SlurmBackend:
                     self._give_up(f"{job}_{index}", final)
                     left.discard(index)
                     task = tasks[index]
-                    self._beat.remove(task.plan.log_dir)
                     extra = {"array_job": job, "array_task": index, "array_size": len(tasks)}
                     yield index, read_back(
                         task.plan, task.request, f"{job}_{index}", final, limit,
@@ -370,8 +359,8 @@ class SlurmBackend:
             if left:
                 with interrupts.shielded(raise_pending=False):
                     self._cancel([job])
-                for index in left:
-                    self._beat.remove(tasks[index].plan.log_dir)
+            for task in tasks:
+                self._beat.remove(task.plan.log_dir)
             with self._lock:
                 self._jobs.discard(job)
 
