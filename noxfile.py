@@ -150,7 +150,7 @@ def gpu_check(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
     """Benchmarks that print their figures as JSON: -- lm_head | bisect | images | kl |
-    noisy_bisect [--trials N] | signed_kl_null."""
+    noisy_bisect [--trials N] | signed_kl_null | scrub."""
     if not session.posargs:
         session.error("which benchmark? -- lm_head | bisect | images | kl | noisy_bisect | ...")
     name, *rest = session.posargs

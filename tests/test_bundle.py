@@ -75,7 +75,7 @@ def test_bundle_holds_what_runs_it_and_nothing_of_this_machine(
     names = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
     assert names == [
         ".dockerignore", "Dockerfile", "README.md", "check.py", "fixes/toy_fix.py",
-        "requirements/fixed.pins.txt", "requirements/fixed.txt",
+        "requirements/SHA256SUMS", "requirements/fixed.pins.txt", "requirements/fixed.txt",
         "requirements/reproduced.pins.txt", "requirements/reproduced.txt",
         "run.sh", "toy.py", "verdict.json",
     ]  # fmt: skip
@@ -201,7 +201,8 @@ def test_an_install_that_fails_is_3_never_a_verdict(toy_root: Path, tmp_path: Pa
     python = subprocess.run(
         [found, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True
     ).stdout.strip()  # past any shim
-    env = {"PATH": _tools(tmp_path, "tail", "head", "grep", "cut", "sed", "touch", "mkdir"),
+    env = {"PATH": _tools(tmp_path, "tail", "head", "grep", "cut", "sed", "touch", "mkdir",
+                          "sha256sum"),
            "HOME": str(tmp_path), "PYTHON": python, "TORCH_CPU_LINKS": "",
            "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_CONFIG_FILE": os.devnull,
            "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"}  # fmt: skip
@@ -378,3 +379,98 @@ def test_the_bundle_runs_with_pip_where_uv_is_absent(toy_root: Path, tmp_path: P
     assert ran.returncode == 0, ran.stdout + ran.stderr
     (venv,) = folder.glob(".venv-*")
     assert (venv / "bin" / "pip").exists()  # the pip path, not uv's
+
+
+SECRET_NAMED = """
+[variants.secret_leak]
+expect = "reproduced"
+args = ["--mode", "reproduced"]
+default = false
+"""
+
+
+def test_a_bundle_never_redacts_its_own_expectations(toy_root: Path, tmp_path: Path) -> None:
+    """A variant whose name holds "secret": its expected verdict stays in verdict.json, and
+    check.py names it (it was "[REDACTED]": issue 35); a real secret in the bundle is still
+    replaced."""
+    toy = toy_root / "repros" / "toy"
+    (toy / "repro.toml").write_text((toy / "repro.toml").read_text() + SECRET_NAMED)
+    lock = tmp_path / "toy.lock"
+    lock.write_text(FAKE_LOCK)
+    (toy / "notes.txt").write_text("HF_TOKEN=hf_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3" + "\n")
+    made = write_bundle(_toy(toy_root), ["secret_leak"], {"secret_leak": lock}, tmp_path / "out")
+    verdicts = json.loads((made.dir / "verdict.json").read_text())
+    assert verdicts["expect"] == {"secret_leak": "reproduced"}, verdicts
+    assert "verdict.json" not in made.scrubbed and "notes.txt" in made.scrubbed
+    assert "hf_a1B2" not in (made.dir / "notes.txt").read_text()
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"schema": 1, "verdict": "reproduced", "metrics": {"level": 1.0}}))
+    check = [sys.executable, str(made.dir / "check.py"), "secret_leak", str(result), "1"]
+    ran = subprocess.run(check, capture_output=True, text=True)
+    assert ran.returncode == 1, ran.stdout + ran.stderr  # reproduced, as bisect reads it
+    assert "  expected for secret_leak: reproduced" in ran.stdout, ran.stdout
+
+
+def test_run_sh_checks_the_lock_on_every_run(toy_root: Path, tmp_path: Path) -> None:
+    """A lock edited after the bundle was made (before its install, or after it: the old
+    environment would run, exit 0) is an error, exit 6, and under `git bisect run` a stop
+    (255), never a skip (issue 35). Nothing is installed: the check comes first."""
+    lock = tmp_path / "toy.lock"
+    lock.write_text(FAKE_LOCK)
+    made = write_bundle(_toy(toy_root), ["clean"], {"clean": lock}, tmp_path / "out")
+    sums = (made.dir / "requirements" / "SHA256SUMS").read_text()
+    assert re.fullmatch(r"[0-9a-f]{64}  requirements/clean\.txt\n", sums), sums
+    req = made.dir / "requirements" / "clean.txt"
+    req.write_text(req.read_text().replace("numpy==1.26.4", "numpy==1.26.3"))
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", str(made.dir / "run.sh"), "clean"], capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+
+    said = "run.sh: requirements/clean.txt is not the lock this bundle was made with"
+    ran = run()
+    assert ran.returncode == 6 and said in ran.stderr, ran.stdout + ran.stderr
+    assert "installing" not in ran.stdout  # checked first: nothing was installed
+    # as if installed from the lock before the edit: the old environment never runs
+    env_id = re.search(r"clean\) echo ([0-9a-f]{10})", (made.dir / "run.sh").read_text())
+    assert env_id is not None
+    installed = made.dir / f".venv-{env_id.group(1)}"
+    (installed / "bin").mkdir(parents=True)
+    (installed / ".installed").touch()
+    ran = run()
+    assert ran.returncode == 6 and said in ran.stderr, ran.stdout + ran.stderr
+    verdict = subprocess.run(["sh", str(made.dir / "run.sh"), "verdict", "clean"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert verdict.returncode == 255, verdict.stderr
+
+
+def test_a_download_that_does_not_match_the_lock_is_6_never_a_skip(
+    toy_root: Path, tmp_path: Path
+) -> None:
+    """pip refuses a wheel whose hash is not the lock's: run.sh says so and exits 6 (it was
+    3, which `run.sh verdict` answers 125, skip: issue 35), and `verdict` stops git (255)."""
+    from test_repeats_e2e import _wheel
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels)
+    lock = tmp_path / "toy.lock"
+    lock.write_text("reprobox-coin==0.1.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    made = write_bundle(_toy(toy_root), ["clean"], {"clean": lock}, tmp_path / "out")
+    found = shutil.which("python3.11") or shutil.which("python3")
+    assert found is not None
+    python = subprocess.run(
+        [found, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True
+    ).stdout.strip()  # past any shim
+    env = {"PATH": _tools(tmp_path, "tail", "head", "grep", "cut", "sed", "touch", "mkdir",
+                          "sha256sum"),
+           "HOME": str(tmp_path), "PYTHON": python, "TORCH_CPU_LINKS": "",
+           "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels), "PIP_CONFIG_FILE": os.devnull,
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}  # fmt: skip
+    ran = subprocess.run(["sh", str(made.dir / "run.sh"), "clean"], capture_output=True,
+                         text=True, env=env, timeout=300)  # fmt: skip
+    assert ran.returncode == 6, ran.stdout + ran.stderr
+    assert "run.sh: a download does not match the lock's hash: an error, not a skip" in (ran.stderr)
+    verdict = subprocess.run(["sh", str(made.dir / "run.sh"), "verdict", "clean"],
+                             capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert verdict.returncode == 255, verdict.stderr

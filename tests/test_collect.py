@@ -257,3 +257,23 @@ def test_a_pod_without_an_exit_code_or_from_the_future(ppo_root: Path, tmp_path:
     [record] = newest_records(ppo_root / "results", "ppo").values()
     assert (record["label"], record["status"], record["verdict"]) == ("fixed", "error", None)
     assert "the pod wrote no readable exit_code" in record["reason"]
+
+
+def test_collect_scrubs_the_logs_it_keeps(
+    ppo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod's launch.log holds what its ranks printed: kept under results/, it is scrubbed
+    as a run's own log is (it was copied as it came: issue 35)."""
+    monkeypatch.setenv("WANDB_API_KEY", "pod-secret-value-7731")
+    result = {"schema": 1, "variant": "fixed", "verdict": "clean", "reason": "",
+              "metrics": {"max_abs_kl_step0": 0.0}}  # fmt: skip
+    folder = _pod_output(ppo_root, tmp_path / "out", "fixed", result, 0)
+    token = "hf_" + "Q1w2E3r4T5y6U7i8O9p0A1s2D3f4"
+    (folder / "launch.log").write_text(
+        f"$ accelerate launch ppo.py\nlogin with {token}\nkey pod-secret-value-7731\n"
+    )
+    [record] = collect(tmp_path / "out", ppo_root, RecordStore(ppo_root / "results")).records
+    kept = (Path(record.dir) / "launch.log").read_text()
+    assert token not in kept and "pod-secret-value-7731" not in kept, kept
+    assert "[REDACTED]" in kept and "accelerate launch ppo.py" in kept
+    assert record.status == "match"

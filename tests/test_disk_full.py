@@ -42,3 +42,43 @@ def test_a_full_disk_keeps_what_was_measured(toy_root: Path, tiny_results: Path)
     kept = [p.name for p in tiny_results.rglob("*") if p.is_file()]
     # nothing that was written was removed: the run's folder and its logs are there
     assert any(name.endswith(".log") for name in kept), kept
+
+
+def _fill(folder: Path) -> None:
+    """Fill the tmpfs to its last byte."""
+    with (folder / "filler").open("ab", buffering=0) as out:
+        for size in (4096, 1):
+            try:
+                while True:
+                    out.write(b"x" * size)
+            except OSError:
+                continue
+
+
+def test_the_full_disk_message_names_only_what_exists(tiny_results: Path) -> None:
+    """A record that cannot be saved says what its run left, as it is on disk: never a
+    folder that was not made or a measurement that did not happen (issue 35)."""
+    from reprobox.core.errors import ReproboxError
+    from reprobox.core.records import Record
+    from reprobox.run import pending
+
+    logged = tiny_results / "toy" / "cpu-clean" / "logged"
+    logged.mkdir(parents=True)
+    (logged / "launch.log").write_text("$ python toy.py\n")
+    never = tiny_results / "toy" / "cpu-clean" / "never-made"
+    _fill(tiny_results)
+    said = {}
+    for folder in (logged, never):
+        record = Record(repro="toy", variant="clean", label="clean", expect="clean",
+                        status="match", verdict="clean", dir=str(folder),
+                        started_at="2026-01-01T00:00:00Z")  # fmt: skip
+        with pytest.raises(ReproboxError) as raised:
+            pending.save(record)
+        said[folder.name] = str(raised.value)
+    assert said["logged"].startswith("cannot save the record of toy clean: the disk is full; ")
+    assert said["logged"].endswith(
+        f"no result was written; its logs (launch.log) are kept in {logged}"
+    ), said
+    assert "measured" not in said["logged"]
+    assert said["never-made"].endswith("the disk is full; nothing was measured or logged"), said
+    assert not never.exists()  # the folder its save made, empty, is not left behind

@@ -127,3 +127,19 @@ def test_json_stays_json_and_keys_are_scrubbed_too() -> None:
     text = json.dumps({"cmd": ["x", "--token", "abc123def456"], ENV_SECRET: 1, "n": 2.5})
     data = json.loads(exporting.scrubbed(text, ".json", scrub))
     assert data == {"cmd": ["x", "--token", "[REDACTED]"], "[REDACTED]": 1, "n": 2.5}
+
+
+def test_a_result_over_the_limit_is_never_read(planted: Path) -> None:
+    """A result over the protocol's limit was never read by the judge; the export leaves it
+    out, named, instead of scrubbing 11 MiB of it (issue 35)."""
+    run = planted / "results" / "toy" / "cpu-clean" / "2026-02-01T00:00:00Z"
+    with (run / "result.json").open("w") as out:
+        out.write(
+            '{"verdict": "clean", "blob": "' + "a" * (11 * 1024 * 1024) + PLANTED["hf"] + '"}'
+        )
+    done = reprobox("export", "toy", "-o", str(planted / "export"))
+    assert done.returncode == 0, done.stderr
+    assert "result.json: a result over 10.0 MiB, never read" in done.stderr
+    exported = planted / "export" / "toy" / "cpu-clean" / "2026-02-01T00:00:00Z"
+    assert not (exported / "result.json").exists()
+    assert (exported / "record.json").is_file()

@@ -390,3 +390,64 @@ def test_the_wait_between_looks_ends_when_a_process_does() -> None:
     finally:
         slow.kill()
         slow.wait()
+
+
+def _foreign(token: str) -> subprocess.Popen[bytes]:
+    """A process the harness did not start: a group and session leader, as another job's
+    rank is, without the run id."""
+    env = {k: v for k, v in os.environ.items() if k != launch.RUN_ID_ENV}
+    sleep = [sys.executable, "-c", "import time; time.sleep(300)", token]
+    return subprocess.Popen(sleep, env=env, start_new_session=True)
+
+
+def test_a_recycled_group_id_never_kills_a_foreign_process(tmp_path: Path) -> None:
+    """The watchdog was told a group and a session whose ids are now a foreign process's
+    (its leader is gone and the id was given out again, as on a shared machine with
+    pid_max 32768): the foreign process survives the watchdog's kill. The same ids with the
+    leader the launch knew (same start time) kill it: the test can fail."""
+    token = f"reprobox-test-recycled-{time.time_ns()}"
+    foreign = _foreign(token)
+    try:
+        started = psutil.Process(foreign.pid).create_time()
+        old_leader = started - 7.5  # the launch's rank that had this pid, long reaped
+        ids = f"{foreign.pid}"
+        for told in ([f"group {ids} {old_leader!r}", f"session {ids} {old_leader!r}"],
+                     [f"group {ids}", f"session {ids}"]):  # fmt: skip
+            dog = subprocess.Popen(
+                [sys.executable, "-m", "reprobox.run.watchdog", "run-recycled"],
+                stdin=subprocess.PIPE,
+            )
+            assert dog.stdin is not None
+            dog.stdin.write("".join(f"{line}\n" for line in told).encode())
+            dog.stdin.close()  # no "done": as when the harness is killed
+            assert dog.wait(timeout=60) == 0
+            assert foreign.poll() is None, told  # alive: not the launch's
+        killed = launch.watchdog.kill(
+            launch.watchdog.LaunchProcesses("run-recycled", groups={foreign.pid: started})
+        )
+        assert killed == 1 and foreign.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+def test_a_reaped_rank_s_group_id_is_never_signalled(tmp_path: Path) -> None:
+    """The launcher's clean-up signals the group of each rank it started; a rank it already
+    reaped gets nothing, since its id may lead a foreign group now. Here the reaped rank's
+    pid is a foreign group leader's (the recycled id), and the clean-up leaves it alone."""
+    token = f"reprobox-test-reaped-{time.time_ns()}"
+    rank = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    rank.wait()
+    foreign = _foreign(token)
+    try:
+        rank.pid = foreign.pid  # the id the kernel gave out again
+        launch._terminate([rank])
+        with pytest.raises(subprocess.TimeoutExpired):
+            foreign.wait(timeout=1)  # alive: not the launch's
+        live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                                start_new_session=True)  # fmt: skip
+        launch._terminate([live])  # an unreaped rank: its group is still its own
+        assert live.returncode == -signal.SIGTERM
+    finally:
+        foreign.kill()
+        foreign.wait()

@@ -425,3 +425,36 @@ def test_a_rendezvous_whose_second_node_never_starts_ends_within_the_timeout(
     print(f"n2 never starts: {line} ({took:.0f}s, launch timeout 50s)")
     [record] = newest_records(toy / "results", "toy").values()
     assert record["status"] == "error" and record["verdict"] is None
+
+
+@pytest.mark.e2e
+def test_kill_9_of_the_harness_ends_the_job_on_every_node(cluster: Path, toy: Path) -> None:
+    """The harness killed -9 mid-launch cannot scancel: the runners on both nodes see its
+    heartbeat stop and stop their launch; no process of the job is left within
+    HARNESS_LOST_AFTER_S + 2 * HEARTBEAT_S + TERM_GRACE_S (45 s), where the job used to run
+    until its launch's own timeout (here 600 s)."""
+    bound = slurmjob.HARNESS_LOST_AFTER_S + 2 * slurmjob.HEARTBEAT_S + launcher.TERM_GRACE_S
+    proc = _start(toy, "--variant", "hang")
+    try:
+        _wait_for(lambda: _beating(toy), 180, "both nodes to beat")
+        assert _node_processes("n1") and _node_processes("n2")
+        os.kill(proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        proc.wait()
+
+        def nothing_left() -> bool:
+            return not (_node_processes("n1") or _node_processes("n2") or _left_behind(toy))
+
+        _wait_for(nothing_left, bound + 60, "no process of the job left")
+        took = time.monotonic() - killed
+        _wait_for(lambda: _queued() == [], 60, "an empty queue")
+        emptied = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for line in _queued():
+            subprocess.run(["scancel", line.split()[0]], check=False)
+    print(f"kill -9 of the harness: no process left {took:.1f}s after, queue empty {emptied:.1f}s")
+    assert took < bound + 5, took
+    outcomes = sorted((toy / "results" / "toy").glob(f"*/*/{detached.OUTCOME_NAME}"))
+    assert outcomes and "interrupted" in json.loads(outcomes[-1].read_text())

@@ -32,6 +32,10 @@ def test_bad_input_is_one_line_and_leaves_nothing(scratch_root: Path, tmp_path: 
         (["new", "wrapped", "--from", str(tmp_path / "gone.py"), "--fixed-args=-x"],
          "no such file"),
         (["new", "plain", "--fixed-args=--fixed"], "go with --from"),
+        # its script repros/NAME/NAME.py would be imported instead of the module (issue 35)
+        *[(["new", name], f"repros/{name}/{name}.py would shadow the module {name}")
+          for name in ("torch", "numpy", "json", "transformers", "typing", "sympy")],
+        (["new", "mylib", "--pins", "mylib==1.0"], "would shadow the module mylib"),
     ]  # fmt: skip
     for argv, said in cases:
         done = reprobox(*argv)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import time
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -59,3 +60,18 @@ def test_no_callback_no_phases() -> None:
     assert Phase(PhaseKind.LAUNCHING, (), "preflight check").text() == (
         "launching (preflight check)"
     )
+
+
+def test_scrubbing_the_logs_is_a_phase_of_its_own(tmp_path: Path) -> None:
+    """Scrubbing 8 MiB of kept logs takes about a second: it is said as its own phase, not
+    counted as `running` (issue 35)."""
+    from reprobox.run.logs import bound_logs
+
+    (tmp_path / "rank0.log").write_text("step 1\n" * 1000)
+    (tmp_path / "rank1.log").write_text("token=hf_" + "a1" * 20 + "\n")
+    seen: list[Phase] = []
+    with phases.reporting(seen.append), phases.for_cells(["clean"]):
+        bound_logs(tmp_path)
+    assert seen == [Phase(PhaseKind.SCRUBBING, ("clean",), "2 logs (6.9 KiB)")]
+    assert seen[0].text() == "scrubbing 2 logs (6.9 KiB)"
+    assert "hf_" not in (tmp_path / "rank1.log").read_text()

@@ -147,6 +147,7 @@ def test_ci_says_each_phase_and_is_never_silent_for_30_s(nap_root: Path) -> None
     assert "nap slow: installing 1 package" in said, text  # its own cache: a first install
     assert "[1/1] nap slow: launching (1 process)" in said, text
     assert "[1/1] nap slow: running (1 process started)" in said, text
+    assert any(line.startswith("[1/1] nap slow: scrubbing 1 log") for line in said), text
     assert "[1/1] nap slow: judging" in said, text
     beats = [line for line in said if line.startswith("nap slow: still running")]
     assert len(beats) >= 2, text  # 70 s asleep: a line at about 25 and 50 s

@@ -71,3 +71,53 @@ def test_a_changed_script_or_environment_is_never_skipped(nap_root: Path) -> Non
     assert relocked.returncode == ExitCode.OK, relocked.stdout + relocked.stderr
     assert "resume: running nap quick: the lock changed since" in relocked.stderr
     assert len(_records(nap_root, "quick")) == 3
+
+
+HELPED_SCRIPT = """\
+import argparse, importlib, json, os, sys
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--variant", default="adhoc")
+parser.add_argument("--sleep", type=float, default=0.0)
+parser.add_argument("--fix", default=None)
+args = parser.parse_args()
+hit = importlib.import_module(args.fix).hit() if args.fix else 0.0
+result = {
+    "schema": 1, "variant": args.variant, "verdict": "reproduced" if hit else "clean",
+    "reason": "helped", "metrics": {"hit": hit}, "versions": {}, "device": "cpu",
+    "world_size": 1, "seed": 0, "python": sys.version.split()[0], "wall_time_s": 0.0,
+}
+with open(os.environ["REPRO_RESULT"], "w") as handle:
+    json.dump(result, handle)
+sys.exit(1 if hit else 0)
+"""
+HELPED_VARIANT = """
+[variants.helped]
+expect = "clean"
+args = ["--sleep", "0"]
+fix = "nap_fix"
+default = false
+"""
+
+
+def test_a_changed_helper_the_fix_imports_is_never_skipped(nap_root: Path) -> None:
+    """The fix module imports a helper from fixes/; after the helper changes, `--resume`
+    runs the cell again and its new verdict is the one shown (it kept "clean", exit 0, while
+    a fresh run gave another answer: issue 35)."""
+    folder = nap_root / "repros" / "nap"
+    (folder / "nap.py").write_text(HELPED_SCRIPT)
+    (folder / "repro.toml").write_text((folder / "repro.toml").read_text() + HELPED_VARIANT)
+    fixes = nap_root / "fixes"
+    (fixes / "nap_fix.py").write_text(
+        "from nap_helper import HIT\n\n\ndef hit():\n    return HIT\n"
+    )
+    (fixes / "nap_helper.py").write_text("HIT = 0.0\n")
+    cell = ["run", "nap", "--variant", "helped"]
+    assert reprobox(*cell).returncode == ExitCode.OK
+    again = reprobox(*cell, "--resume")
+    assert again.returncode == ExitCode.OK and "resume: skipped nap helped" in again.stderr
+    (fixes / "nap_helper.py").write_text("HIT = 1.0\n")
+    changed = reprobox(*cell, "--resume")
+    assert "resume: running nap helped: the code changed since" in changed.stderr, changed.stderr
+    assert changed.returncode == ExitCode.FAILED, changed.stdout + changed.stderr
+    assert [r["verdict"] for r in _records(nap_root, "helped")] == ["clean", "reproduced"]

@@ -4,7 +4,9 @@ a result, in collect_env's output; home directories become `~`."""
 from __future__ import annotations
 
 import json
+import re
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -220,3 +222,76 @@ def test_a_git_source_shows_no_credentials_in_label_slug_or_identity() -> None:
     assert not [s for s in shown if "gitpass5511" in s], shown
     assert "[REDACTED]" in cell.label
     assert f"--with=torch@{url}" in cell.run_args()  # what runs it still reaches the repo
+
+
+def _cases() -> list[str]:
+    """Every text this file's parametrized cases scrub."""
+    texts: list[str] = []
+    tests = (test_more_secret_shapes_are_scrubbed, test_what_only_looks_like_the_new_shapes_stays,
+             test_password_words_and_glued_dash_p)  # fmt: skip
+    for test in tests:
+        for mark in test.pytestmark:  # type: ignore[attr-defined]
+            for values in mark.args[1]:
+                row = values if isinstance(values, tuple) else (values,)
+                texts.extend(v for v in row if isinstance(v, str))
+    return [
+        *texts,
+        f"curl -H 'Authorization: Bearer {BEARER}' https://bob:{URL_PASSWORD}@x.invalid/ "
+        "password=hunter22 --hf-token=abc123def /home/alice/x /Users/bob/y /root/z "
+        "--db-password s3cr3t-x9 'secret_key': 'a1b2c3d4'",
+    ]
+
+
+def test_each_shape_is_skipped_only_where_it_cannot_match() -> None:
+    """A pass of a shape is skipped when the text lacks all its needles (`NEEDLES`): every
+    match of every case holds one, or the skip would let a secret through."""
+    from reprobox.core.scrub import NEEDLES
+
+    texts = _cases()
+    assert len(texts) > 30
+    for shape, needles in NEEDLES.items():
+        for text in texts:
+            for match in shape.finditer(text):
+                seen = match.group(0)
+                seen = seen.lower() if shape.flags & re.IGNORECASE else seen
+                assert any(needle in seen for needle in needles), (shape.pattern, seen)
+
+
+def test_a_secret_spelled_with_unicode_case_is_still_found() -> None:
+    """`(?i)` pairs `ſ` with `s` and `İ` with `i`, which lowering the text does not: a text
+    that is not ASCII always gets the pass."""
+    text = Scrubber({}).text("PAſSWORD hunter22secret\nAuthorİzation: Bearer abcdefgh12345")
+    assert "hunter22secret" not in text and "abcdefgh12345" not in text, text
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "a" * 256 * 1024,
+        "-a" * 128 * 1024,
+        "a." * 128 * 1024,
+        "0f" * 128 * 1024,
+        "x1=" * 87381,
+        "mysql " * 43690,
+        "-----BEGIN RSA PRIVATE KEY----- " * 8192,
+    ],
+)
+def test_a_long_unbroken_line_scrubs_in_linear_time(line: str) -> None:
+    """A backtracking pattern tried at each character of a word took 2.3 s for 8 KiB and 4x
+    per doubling (about 40 min for 256 KiB); linear, it is milliseconds (the figures:
+    `nox -s bench -- scrub`). So for a line of mysql words with no -p (78 s for 120 KB) and
+    of key BEGINs with no END (14 s for 160 KB). The bound is loose: the machine is shared."""
+    started = time.perf_counter()
+    Scrubber({"HF_TOKEN": HF}).text(line + " HF_TOKEN=" + HF)
+    assert time.perf_counter() - started < 10
+
+
+def test_a_private_key_block_is_replaced_whole_and_mysql_p_after_its_word() -> None:
+    body = "MIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM2ByS7XxPcz\nq9Ia0TMfH0c4VI+OsX6Iu\n"
+    key = f"-----BEGIN RSA PRIVATE KEY-----\n{body}-----END RSA PRIVATE KEY-----"
+    text = Scrubber({}).text(f"id_rsa:\n{key}\nthen -----BEGIN PRIVATE KEY----- alone\n")
+    assert text == "id_rsa:\n[REDACTED]\nthen -----BEGIN PRIVATE KEY----- alone\n", text
+    lines = "mysql mysql -h db -u root\nmysqldump -u root -pS3cretMysql9 shop -pOther1x\n"
+    assert Scrubber({}).text(lines) == (
+        "mysql mysql -h db -u root\nmysqldump -u root -p[REDACTED] shop -pOther1x\n"
+    )

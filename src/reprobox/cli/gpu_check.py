@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reprobox.cli import options, ui
 from reprobox.core.errors import BadInput, ExitCode, ReproboxError
 from reprobox.core.judge import Status
+from reprobox.core.processes import signal_group
 from reprobox.core.protocol import Verdict
 from reprobox.run import interrupts
 
@@ -240,11 +241,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     try:
         proc.wait(timeout=GRACE_S)
     except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        signal_group(proc, signal.SIGKILL)  # not once it is reaped: its id may be another's
     proc.wait()
 
 

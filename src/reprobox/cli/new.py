@@ -17,12 +17,16 @@ harness would refuse is never left on disk. `cli.main` adds the command with `re
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import re
 import shlex
 import shutil
+import sys
 from importlib import resources
 from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
 
 from reprobox.cli import options, ui
 from reprobox.core import spec
@@ -31,6 +35,14 @@ from reprobox.core.errors import BadInput, ReproboxError
 NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 DEFAULT_PINS = ("torch==2.13.0", "numpy<2")
 WRAPPER = "repro.py"
+# Top-level modules of the training stack a repro's script (or what it imports) may import;
+# a repro named after one would have its script shadow it (`repros/torch/torch.py`).
+STACK_MODULES = frozenset({
+    "torch", "torchvision", "torchaudio", "numpy", "transformers", "datasets", "accelerate",
+    "deepspeed", "peft", "trl", "tokenizers", "safetensors", "huggingface_hub", "triton",
+    "sympy", "networkx", "jinja2", "filelock", "fsspec", "typing_extensions", "packaging",
+    "yaml", "regex", "tqdm", "requests", "psutil", "scipy", "pandas", "einops", "evaluate",
+})  # fmt: skip
 
 
 def _text(name: str) -> str:
@@ -99,6 +111,7 @@ def cmd_new(args: argparse.Namespace) -> int:
         if args.fixed_with or args.fixed_args or args.broken_args:
             raise BadInput("--fixed-with, --fixed-args and --broken-args go with --from")
         files = _template(args.name, pins, args.upstream)
+        _refuse_a_shadow(args.name, files[f"{args.name}.py"], pins)
     else:
         files = _wrapped(args, pins)
     folder.mkdir(parents=True)
@@ -114,6 +127,34 @@ def cmd_new(args: argparse.Namespace) -> int:
     ui.info(f"wrote repros/{args.name}/: {', '.join(sorted([*files, *_copied(args)]))}")
     print(f"next: reprobox run {args.name}    (both variants; then edit, and run again)")
     return 0
+
+
+def _refuse_a_shadow(name: str, script: str, pins: list[str]) -> None:
+    """The template's script is `NAME.py`, first on its own `sys.path`: a name that is a
+    module it, its pins or the stack import (`torch`, `json`, `numpy`) would be imported
+    from that file instead, and every rank would fail."""
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(ast.parse(script))
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        node.module.split(".")[0]
+        for node in ast.walk(ast.parse(script))
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level
+    }
+    pinned = set()
+    for pin in pins:
+        try:
+            pinned.add(Requirement(pin).name.lower().replace("-", "_"))
+        except InvalidRequirement:
+            continue  # spec.load names it
+    if name in imported | pinned | STACK_MODULES | set(sys.stdlib_module_names):
+        raise BadInput(
+            f"repro name {name!r}: its script repros/{name}/{name}.py would shadow the "
+            f"module {name} (imported before the real one: every rank would fail); "
+            f"pick another name, such as {name}_issue"
+        )
 
 
 def _copied(args: argparse.Namespace) -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +40,27 @@ _TOKEN_SHAPES = [
     r"pypi-AgE[A-Za-z0-9_-]{16,}",  # PyPI and TestPyPI upload tokens (macaroons)
     r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",  # JWTs: {"alg"..}.{..}.sig
     r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+",  # webhooks
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----",
 ]
+# A private key block, BEGIN to its END (`_hide_private_keys`: one lazy pattern was quadratic
+# in the number of BEGIN lines with no END after them).
+_KEY_BEGIN = re.compile(r"(?<![A-Za-z0-9])-----BEGIN [A-Z ]*PRIVATE KEY-----")
+_KEY_END = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
 # No \b before a prefix: `_` is a word character, and `kl_rank0_hf_...` must match too.
 _TOKENS = re.compile("(?<![A-Za-z0-9])(?:" + "|".join(_TOKEN_SHAPES) + ")", re.DOTALL)
 # `Bearer X` anywhere; `Authorization: <scheme> X` (Basic, token, ...) in headers.
 _BEARER = re.compile(
     r"\b(Bearer\s+|Authorization:\s*(?:[A-Za-z]+\s+)?)[A-Za-z0-9._~+/=-]{8,}", re.I
 )
-_URL_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@'\"]+@")
+# Every pattern that may start at any character of a run (a scheme, a name, a flag) starts
+# only where that run starts, skips its first characters that cannot begin one, and then
+# never gives back what it matched (`*+`): a backtracking match tried at every character
+# of a long unbroken word (a base64 blob, a hex dump, a tensor on one line) was quadratic
+# (2.3 s for one 8 KiB line; `nox -s bench -- scrub`). The match found is the one the plain
+# pattern found first: its end is fixed by the run's end, whichever character it starts at.
+_URL_USERINFO = re.compile(
+    r"(?<![a-zA-Z0-9+.-])(?P<pre>(?:(?!\b[a-zA-Z])[a-zA-Z0-9+.-])*+)"
+    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*+://)[^/\s@'\"]++@"
+)
 # `password X` / `passwd X` as prose and config files give it (not `password is required`).
 _PASSWORD_WORD = re.compile(
     r"(?i)\b(pass(?:word|wd|phrase)\s+)"
@@ -60,7 +72,10 @@ _PASSWORD_WORD = re.compile(
 # a whole shell word with punctuation in it, never code: `-pooled["mean"]`, `-pooled.mean`
 # or `-p_value_2` in a repro's script is an expression, and redacting it would break the
 # script a maintainer runs.
-_MYSQL_P = re.compile(r"(?i)(\b(?:mysql\w*|mariadb\w*)\b[^\n]*?(?<!\S)-p)[^\s'\"]+")
+# (`_hide_mysql_p`: a mysql word, then on its line the first `-p` with a value glued to it;
+# one lazy pattern was quadratic in the mysql words of a line.)
+_MYSQL_WORD = re.compile(r"(?i)\b(?:mysql\w*|mariadb\w*)\b")
+_MYSQL_P = re.compile(r"(?i)(?<!\S)-p(?P<value>[^\s'\"]+)")
 _GLUED_P = re.compile(
     r"(?<!\S)(-p)(?=[^\s'\"]{6,})(?=\S*[A-Za-z])(?=\S*[^\w\s])"
     r"(?![^\s'\"]*(?:[()\[\]{}]|\.[A-Za-z_]))[^\s'\"]+(?=$|\s|['\"](?:$|\s))"
@@ -85,17 +100,56 @@ _QUOTED = re.compile(
 _ALWAYS_SECRET = re.compile(r"PASSW(?:OR)?D|PASSPHRASE|SECRET|CREDENTIAL", re.IGNORECASE)
 # NAME=value, --name=value, "name": "value", name: value; and `--name value` on a command line.
 _ASSIGN = re.compile(
-    r"(?P<name>[A-Za-z_][\w.-]*)(?P<sep>[\"']?\s*[=:]\s*[\"']?)(?P<value>[^\s'\",;&()\[\]{}]+)"
+    r"(?<![\w.-])(?P<pre>(?:[^\W_A-Za-z]|[.-])*+)(?P<name>[A-Za-z_][\w.-]*+)"
+    r"(?P<sep>[\"']?\s*+[=:]\s*+[\"']?)(?P<value>[^\s'\",;&()\[\]{}]++)"
 )
-_FLAG_VALUE = re.compile(r"(?P<name>--?[A-Za-z][\w-]*)(?P<sep>\s+)(?P<value>[^\s'\"-][^\s'\"]*)")
+_FLAG_VALUE = re.compile(
+    r"(?<![\w-])(?P<pre>(?:\w++|-(?!-?[A-Za-z]))*+)(?P<name>--?[A-Za-z][\w-]*+)"
+    r"(?P<sep>\s++)(?P<value>[^\s'\"-][^\s'\"]*+)"
+)
 _CODE_LIKE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")  # a dotted name: attribute access
 _HOME_DIRS = re.compile(r"(?<![\w./-])(?:/home/[^/\s'\"]+|/Users/[^/\s'\"]+|/root)(?=/|\b|$)")
+# What every match of a pattern holds (lower case for a pattern that ignores case): a text
+# without any of them is not searched (`_may_match`). tests/test_scrub.py checks each
+# against every match its cases give.
+NEEDLES: dict[re.Pattern[str], tuple[str, ...]] = {
+    _BEARER: ("bearer", "authorization:"),
+    _URL_USERINFO: ("://",),
+    _AZURE: ("accountkey=", "sharedaccesskey=", "sharedaccesssignature=", "sig="),
+    _NETRC: ("password",),
+    _USER_PASS: ("-u", "-U"),
+    _SSHPASS: ("sshpass",),
+    _PASSWORD_WORD: ("pass",),
+    _MYSQL_WORD: ("mysql", "mariadb"),
+    _GLUED_P: ("-p",),
+    _QUOTED: ('"', "'"),
+    _ASSIGN: ("=", ":"),
+    _FLAG_VALUE: ("-",),
+    _HOME_DIRS: ("/home/", "/Users/", "/root"),
+}
 
 
 def hide_url_credentials(text: str) -> str:
     """`text` with the `user:password@` of every URL in it replaced: the one rule for a URL
     that is shown, stored or turned into a folder name (`git+https://u:p@host/x@ref`)."""
-    return _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    if not _may_match(_URL_USERINFO, text):
+        return text
+    return _URL_USERINFO.sub(_hide_userinfo, text)
+
+
+def _may_match(shape: re.Pattern[str], text: str) -> bool:
+    """False only when `text` lacks every string a match of `shape` must hold (NEEDLES): a
+    pass of a pattern costs about 0.03 s per MiB, and a log rarely holds `sshpass`. A shape
+    that ignores case is looked for in the lowered text, which is exact for ASCII only: other
+    text always gets the pass (Unicode case rules pair `İ` with `i`, `K` with `k`)."""
+    needles = NEEDLES.get(shape)
+    if needles is None:
+        return True
+    if shape.flags & re.IGNORECASE:
+        if not text.isascii():
+            return True
+        text = text.lower()
+    return any(needle in text for needle in needles)
 
 
 def looks_secret(name: str) -> bool:
@@ -129,8 +183,66 @@ def _hide_quoted(match: re.Match[str]) -> str:
 
 def _hide_assignment(match: re.Match[str]) -> str:
     if looks_secret(match["name"]) and _worth_hiding(match["value"]):
-        return f"{match['name']}{match['sep']}{REDACTED}"
+        return f"{match['pre']}{match['name']}{match['sep']}{REDACTED}"
     return match.group(0)
+
+
+def _keep_first(match: re.Match[str]) -> str:
+    return f"{match.group(1)}{REDACTED}"
+
+
+def _hide_userinfo(match: re.Match[str]) -> str:
+    return f"{match['pre']}{match['scheme']}{REDACTED}@"
+
+
+def _hide_private_keys(text: str) -> str:
+    """Each private key block (BEGIN to the first END after it) replaced whole."""
+    if "PRIVATE KEY-----" not in text:
+        return text
+    out: list[str] = []
+    pos = 0
+    while (begin := _KEY_BEGIN.search(text, pos)) is not None:
+        end = _KEY_END.search(text, begin.end())
+        if end is None:
+            break  # no END after this BEGIN: none after a later one either
+        out += [text[pos : begin.start()], REDACTED]
+        pos = end.end()
+    return "".join(out) + text[pos:]
+
+
+def _hide_mysql_p(text: str) -> str:
+    """mysql's `-pSECRET` (the value glued to -p) after a mysql-family word on its line: the
+    first such `-p` after the word, as one `mysql ... -pX` command line has it."""
+    if not _may_match(_MYSQL_WORD, text):
+        return text
+    out: list[str] = []
+    kept = pos = 0  # text[:kept] is in `out`; the next mysql word is looked for from `pos`
+    while (word := _MYSQL_WORD.search(text, pos)) is not None:
+        line_end = text.find("\n", word.end())
+        line_end = len(text) if line_end < 0 else line_end
+        flag = _MYSQL_P.search(text, word.end(), line_end)
+        if flag is None:
+            pos = line_end  # no -p on this line after this word: none after a later one
+            continue
+        out += [text[kept : flag.start("value")], REDACTED]
+        kept = pos = flag.end()
+    return "".join(out) + text[kept:]
+
+
+# The shapes `Scrubber.text` replaces after the tokens, in order.
+_SHAPES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    (_BEARER, _keep_first),
+    (_URL_USERINFO, _hide_userinfo),
+    *((shape, _keep_first) for shape in (_AZURE, _NETRC, _USER_PASS, _SSHPASS)),
+    (_PASSWORD_WORD, _keep_first),
+)
+# ... then mysql's `-pX` (`_hide_mysql_p`), then these.
+_SHAPES_AFTER: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    (_GLUED_P, _keep_first),
+    (_QUOTED, _hide_quoted),
+    (_ASSIGN, _hide_assignment),
+    (_FLAG_VALUE, _hide_assignment),
+)
 
 
 class Scrubber:
@@ -161,19 +273,19 @@ class Scrubber:
         """`text` with every secret replaced by [REDACTED] and home paths by `~`."""
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
-        text = _TOKENS.sub(REDACTED, text)
-        text = _BEARER.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
-        text = hide_url_credentials(text)
-        for shape in (_AZURE, _NETRC, _USER_PASS, _SSHPASS, _PASSWORD_WORD, _MYSQL_P, _GLUED_P):
-            text = shape.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
-        text = _QUOTED.sub(_hide_quoted, text)
-        text = _ASSIGN.sub(_hide_assignment, text)
-        text = _FLAG_VALUE.sub(_hide_assignment, text)
+        text = _TOKENS.sub(REDACTED, _hide_private_keys(text))
+        for shape, replace in _SHAPES:
+            if _may_match(shape, text):
+                text = shape.sub(replace, text)
+        text = _hide_mysql_p(text)
+        for shape, replace in _SHAPES_AFTER:
+            if _may_match(shape, text):
+                text = shape.sub(replace, text)
         if not self._paths:
             return text
-        if self._home and self._home not in ("/", "/root"):
+        if self._home and self._home not in ("/", "/root") and self._home in text:
             text = re.sub(rf"(?<![\w./-]){re.escape(self._home)}(?=/|\b|$)", "~", text)
-        return _HOME_DIRS.sub("~", text)
+        return _HOME_DIRS.sub("~", text) if _may_match(_HOME_DIRS, text) else text
 
     def argv(self, argv: list[str]) -> list[str]:
         """A command line with secrets removed, including the value after a secret flag

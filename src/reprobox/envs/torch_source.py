@@ -25,10 +25,8 @@ wheels (`locks.host_lock`).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -41,6 +39,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from reprobox.core.errors import EnvError
+from reprobox.core.processes import signal_group
 from reprobox.core.settings import Settings
 
 PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -284,8 +283,7 @@ def run_import(
     try:
         out, err = proc.communicate(timeout=limit)
     except BaseException as exc:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        signal_group(proc, signal.SIGKILL)  # not once it is reaped: its id may be another's
         proc.communicate()
         if isinstance(exc, subprocess.TimeoutExpired):
             raise EnvError(f"{what}: importing torch took over {limit:g} s") from None

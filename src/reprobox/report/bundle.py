@@ -33,7 +33,7 @@ from reprobox.core.errors import BadInput
 from reprobox.envs.torch_source import pinned_torch
 from reprobox.envs.venvs import split_lock
 from reprobox.report import bundle_text as texts
-from reprobox.report.bundle_run import accepted, run_sh
+from reprobox.report.bundle_run import SUMS_FILE, accepted, run_sh
 from reprobox.report.byhand import TORCH_LINKS, ByHand, by_hand, pip_line, top_pins
 from reprobox.report.scrub import Scrubber
 
@@ -41,6 +41,7 @@ __all__ = ["TORCH_LINKS", "Bundle", "ByHand", "by_hand", "pip_line", "top_pins",
 
 BUNDLE_DIR = "_bundle"
 MARKER = ".reprobox-bundle"  # marks a folder this module wrote (and may replace)
+VERDICT_FILE = "verdict.json"  # the variants' rules and expectations, for check.py
 _FILES = (".py", ".yaml", ".yml", ".json", ".cfg", ".txt")
 VERDICT_CODES = {"clean": 0, "reproduced": 1, "cannot_test": 125}
 
@@ -154,7 +155,7 @@ def write_bundle(
         lines = {v: by_hand(repro, v) for v in variants}
         python = repro.python(platform)
         install_env = repro.install_env(platform)
-        (folder / "verdict.json").write_text(_verdict_json(repro, variants))
+        (folder / VERDICT_FILE).write_text(_verdict_json(repro, variants))
         (folder / "check.py").write_text(texts.CHECK_PY)
         run_file = folder / "run.sh"
         run_file.write_text(
@@ -168,6 +169,7 @@ def write_bundle(
         )
         (folder / "README.md").write_text(readme)
         scrubbed = _scrub_files(folder, scrubber or Scrubber())
+        _write_sums(folder)  # after scrubbing: the locks as they are shipped
         archive = tmp / f"{name}.tar.gz"
         _tar(folder, archive)
         for old in (out / name, out / f"{name}.tar.gz"):
@@ -196,11 +198,29 @@ def _scrub_files(folder: Path, scrub: Scrubber) -> list[str]:
             text = path.read_text()
         except UnicodeDecodeError:
             raise BundleError(f"{name} is not text, so it cannot be checked for secrets") from None
-        clean = scrub.text(text)
+        if name == VERDICT_FILE:
+            # The bundle's own expectations, written here from repro.toml: scrubbed value by
+            # value, so `"secret_leak": "reproduced"` (a variant's name, its verdict) is never
+            # read as a secret's name and its value, and redacted.
+            data = json.loads(text)
+            clean = json.dumps(scrub.data(data), indent=2) + "\n"
+        else:
+            clean = scrub.text(text)
         if clean != text:
             path.write_text(clean)
             changed.append(name)
     return changed
+
+
+def _write_sums(folder: Path) -> None:
+    """requirements/SHA256SUMS: each lock's sha256, which run.sh checks on every run (a lock
+    edited after the install would otherwise run the old environment, unseen)."""
+    lines = [
+        f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.relative_to(folder).as_posix()}"
+        for path in sorted((folder / "requirements").glob("*.txt"))
+        if not path.name.endswith(".pins.txt")
+    ]
+    (folder / SUMS_FILE).write_text("\n".join(lines) + "\n")
 
 
 def _tar(folder: Path, archive: Path) -> None:

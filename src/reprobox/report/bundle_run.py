@@ -41,7 +41,10 @@ _ANY = ("clean", "reproduced", "cannot_test")
 # What `./run.sh VARIANT` exits with (its usage text): verdicts, 2 bad usage, 3 the system or
 # the install, 4 an error; `./run.sh verdict` maps them by `bisect_code`.
 RUN_SH_CODES = (ExitCode.OK, ExitCode.FAILED, ExitCode.CANNOT_TEST, ExitCode.BAD_INPUT,
-                ExitCode.ENV_FAILED, ExitCode.RUN_FAILED)  # fmt: skip
+                ExitCode.ENV_FAILED, ExitCode.RUN_FAILED, ExitCode.INTEGRITY)  # fmt: skip
+SUMS_FILE = "requirements/SHA256SUMS"  # each lock's sha256 as bundled: checked on every run
+# pip's and uv's words for a download that does not match the lock's --hash
+HASH_MISMATCH = "do not match the hashes|hash mismatch"
 _SAID = {
     int(ExitCode.CANNOT_TEST): "the system lacks what the bundle needs, or its environment "
     "did not install: skip (exit 125)",
@@ -118,7 +121,9 @@ def run_sh(
 #   ./run.sh VARIANT  exits with the verdict code: 0 clean, 1 reproduced, 125 cannot test
 #                     here, 4 error (no result, a result its metrics or exit status
 #                     contradict)
-#   Either way: 2 bad usage, 3 the system lacks what the bundle needs or an install failed.
+#   Either way: 2 bad usage, 3 the system lacks what the bundle needs or an install failed,
+#   6 a lock does not match its hashes (requirements/SHA256SUMS, checked on every run, or a
+#   download that does not match the lock's --hash): an error, never a skip.
 #   ./run.sh verdict VARIANT   for `git bisect run`: 0 clean, 1 reproduced, 125 skip (cannot
 #                     test here, or the environment did not install), 255 anything else
 #                     (git aborts): a broken environment is never read as "bad"
@@ -205,7 +210,33 @@ install_into() {{  # VENV VARIANT [--find-links LINKS]: the variant's lock into 
   fi
 }}
 
+sha_of() {{  # FILE: its sha256 (sha256sum, else shasum -a 256), nothing when neither exists
+  if command -v sha256sum >/dev/null 2>&1; then sha256sum "$1" | cut -d' ' -f1
+  elif command -v shasum >/dev/null 2>&1; then shasum -a 256 "$1" | cut -d' ' -f1
+  fi
+}}
+
+check_lock() {{  # VARIANT: its locks are the ones bundled, on every run (else exit 6)
+  for req in "requirements/$1.txt" "requirements/$1.late.txt"; do
+    want=$(grep " $req\\$" {SUMS_FILE} 2>/dev/null | cut -d' ' -f1)
+    [ -n "$want" ] || [ -f "$req" ] || continue  # no late packages
+    if [ -z "$want" ]; then
+      echo "run.sh: $req is not in {SUMS_FILE}: not the bundle's lock" >&2; return 6
+    fi
+    got=$(sha_of "$req" 2>/dev/null)
+    if [ -z "$got" ]; then
+      echo "run.sh: no sha256sum or shasum to check $req with: install coreutils" >&2; return 3
+    fi
+    if [ "$got" != "$want" ]; then
+      echo "run.sh: $req is not the lock this bundle was made with (sha256 $got, bundled" \\
+        "$want): its environment would not be the one reported; unpack the bundle again" >&2
+      return 6
+    fi
+  done
+}}
+
 install() {{  # VARIANT: its environment, once per lock (.venv-ID/.installed marks it done)
+  check_lock "$1" || return
   venv=.venv-$(env_of "$1")
   [ -f "$venv/.installed" ] && return 0
   log=logs/install-$(env_of "$1").log
@@ -215,13 +246,17 @@ install() {{  # VARIANT: its environment, once per lock (.venv-ID/.installed mar
   if ! install_into "$venv" "$@" >"$log" 2>&1; then
     echo "run.sh: installing $venv failed" >&2
     show_tail "$log"
+    if grep -q -i -E '{HASH_MISMATCH}' "$log"; then
+      echo "run.sh: a download does not match the lock's hash: an error, not a skip" >&2
+      return 6
+    fi
     return 3
   fi
 {header_check(needs)}  touch "$venv/.installed"
 }}
 
 run_one() {{  # VARIANT: runs it; its verdict code in $code
-  install "$1" || {{ code=3; return; }}
+  install "$1" || {{ code=$?; return; }}
   [ -z "$install_only" ] || {{ code=0; return; }}
   venv=$PWD/.venv-$(env_of "$1")
   log=logs/$1.log

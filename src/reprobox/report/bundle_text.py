@@ -155,10 +155,13 @@ def readme(
         "goes to `logs/VARIANT.log` (a script exits 1 to mean *reproduced*, so torchrun prints "
         "a `ChildFailedError` there: that is the verdict, not a crash). When a run fails, "
         "`run.sh` shows the log's tail and exits 4. Exit 2 is bad usage, 3 a system that lacks "
-        "what the bundle needs or an install that failed (its log's tail shown). "
+        "what the bundle needs or an install that failed (its log's tail shown), 6 a lock "
+        "that is not the one bundled (`requirements/SHA256SUMS`, checked on every run) or a "
+        "download that does not match the lock's hashes. "
         "`./run.sh --install-only all` installs without running. Under `git bisect run`, "
         "use `./run.sh verdict VARIANT`: 0 clean, 1 reproduced, 125 skip (cannot test here, a "
-        "system that lacks what the bundle needs, an install that failed), 255 anything else "
+        "system that lacks what the bundle needs, an install that failed), 255 anything else, "
+        "a lock that does not match its hashes included "
         "(git stops), so a broken environment is never taken for a bad commit.",
         "",
         "`run.sh` makes a venv beside this file for each lock (variants with the same lock "

@@ -6,7 +6,8 @@ password, a home directory) and whatever a script left in its run folder (a syml
 through `Scrubber`: for each cell its newest record with its logs and result, and the
 folders the harness writes beside the cells (`_bisect`: probe logs, summaries and the probes'
 runs; `_report`; `_images`: build logs). Links are never followed, files that are neither
-text nor an image are left out, and so are oversized ones; the summary names each.
+text nor an image are left out, and so are oversized ones (a result over the protocol's
+limit, which the judge never read, is never read here either); the summary names each.
 
 The copy keeps the results layout (`<out>/<repro>/<cell>/<run>/...`), so it can be read as a
 results folder (`REPROBOX_RESULTS=<out>`) and merged with other jobs' exports.
@@ -22,8 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reprobox.core.errors import BadInput
+from reprobox.core.protocol import MAX_RESULT_BYTES, size_text
 from reprobox.core.records import RecordStore
 from reprobox.report.scrub import Scrubber
+from reprobox.run.backend import RESULT_FILE
 
 # Folders the harness writes beside the cells, exported whole.
 HARNESS_FOLDERS = ("_bisect", "_report", "_images")
@@ -114,6 +117,11 @@ def _copy_tree(top: Path, results: Path, out: Path, scrub: Scrubber, done: Expor
             continue
         if info.st_size > MAX_FILE_BYTES:
             done.left_out.append((str(relative), f"over {MAX_FILE_BYTES // 2**20} MiB"))
+            continue
+        if path.name == RESULT_FILE and info.st_size > MAX_RESULT_BYTES:
+            # The judge never read it (over the protocol's limit): neither does the export.
+            why = f"a result over {size_text(MAX_RESULT_BYTES)}, never read"
+            done.left_out.append((str(relative), why))
             continue
         suffix = path.suffix.lower()
         dest = out / relative

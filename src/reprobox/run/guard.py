@@ -75,19 +75,24 @@ class Guard:
 
     def watch(self, procs: list[subprocess.Popen[bytes]]) -> None:
         """The launch has started: tell the watchdog its groups and sessions (each process
-        the harness started leads one of each) and its processes."""
+        the harness started leads one of each, known by the leader's start time) and its
+        processes. None is reaped yet, so each is there to ask, a zombie at worst."""
         for proc in procs:
-            # Known without asking the kernel: a rank that already exited may have left
-            # children in its group and session.
-            self.launch.groups.add(proc.pid)
-            self.launch.sessions.add(proc.pid)
-            self._send(f"group {proc.pid}")
-            self._send(f"session {proc.pid}")
-            try:
-                started = psutil.Process(proc.pid).create_time()
-            except psutil.Error:
-                continue  # already gone
+            started = _started(proc.pid)
+            if started is None:
+                continue  # cannot be while unreaped; never an id without its leader
+            self._lead("group", proc.pid, started)
+            self._lead("session", proc.pid, started)
             self._add(proc.pid, started)
+
+    def _lead(self, kind: str, ident: int, started: float | None) -> None:
+        """Remember a group or session (`kind`) of the launch with its leader's start time,
+        and tell the watchdog; never the harness's own, never one whose leader is gone."""
+        leaders = self.launch.groups if kind == "group" else self.launch.sessions
+        if started is None or ident in self._own or ident in leaders:
+            return
+        leaders[ident] = started
+        self._send(f"{kind} {ident} {started!r}")
 
     def track(self, force: bool = False) -> None:
         """Walk the launch's process tree (at most every TRACK_EVERY_S) and remember every
@@ -117,12 +122,10 @@ class Guard:
             group, session = os.getpgid(pid), os.getsid(pid)
         except OSError:
             return
-        if group not in self._own and group not in self.launch.groups:
-            self.launch.groups.add(group)
-            self._send(f"group {group}")
-        if session not in self._own and session not in self.launch.sessions:
-            self.launch.sessions.add(session)
-            self._send(f"session {session}")
+        # Their leaders as they are now: `pid` holds both ids, so whoever has the leader's
+        # pid is that leader; a group or session whose leader is gone is not named.
+        self._lead("group", group, _started(group))
+        self._lead("session", session, _started(session))
 
     def _send(self, line: str) -> None:
         if self._watchdog is None or self._watchdog.stdin is None:
@@ -216,12 +219,7 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _started(pid: int) -> float | None:
-    """When `pid` started (None: gone), to tell a process from a later one with its pid."""
-    try:
-        return float(psutil.Process(pid).create_time())
-    except psutil.Error:
-        return None
+_started = watchdog.start_time  # to tell a process from a later one with its pid
 
 
 _PROC_CHILDREN = os.path.exists(f"/proc/self/task/{os.getpid()}/children")

@@ -37,6 +37,7 @@ from typing import BinaryIO, TextIO
 
 from reprobox.core import environ
 from reprobox.core.errors import LaunchError
+from reprobox.core.processes import signal_group
 from reprobox.core.scrub import Scrubber
 from reprobox.core.spec import check_timeout
 from reprobox.core.spec_rules import refuse_nodes
@@ -336,21 +337,20 @@ def _echo_new(log: Path, offset: int, echo: TextIO, scrub: Scrubber, final: bool
 def _terminate(procs: list[subprocess.Popen[bytes]]) -> None:
     """SIGTERM the launch's process groups (each process it started leads one), then SIGKILL
     whatever is left after a grace (at once when a second signal came: see
-    `interrupts.urgent`)."""
-    live = [p for p in procs if p.poll() is None]
+    `interrupts.urgent`). A rank already reaped gets nothing: its group id may be another's
+    now (`signal_group`); what it left is killed by identity in `Guard.close`."""
     if not procs:
         return
-    for proc in procs:
-        _signal_group(proc.pid, signal.SIGTERM)
+    live = [p for p in procs if p.returncode is None]
+    for proc in live:
+        signal_group(proc, signal.SIGTERM)
     deadline = time.monotonic() + TERM_GRACE_S
     while (
-        time.monotonic() < deadline
-        and not interrupts.urgent()
-        and any(p.poll() is None for p in live)
+        time.monotonic() < deadline and not interrupts.urgent() and any(_running(p) for p in live)
     ):
         time.sleep(0.05)
-    for proc in procs:
-        _signal_group(proc.pid, signal.SIGKILL)
+    for proc in live:
+        signal_group(proc, signal.SIGKILL)
     for proc in procs:
         try:
             proc.wait(timeout=5)
@@ -358,11 +358,15 @@ def _terminate(procs: list[subprocess.Popen[bytes]]) -> None:
             pass
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
+def _running(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether `proc` still runs, without reaping it (a zombie's id stays ours, so its group
+    can still be signalled): `waitid` with WNOWAIT."""
+    if proc.returncode is not None:
+        return False
     try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except ChildProcessError:
+        return False
 
 
 def _combined_code(codes: list[int | None]) -> int | None:

@@ -18,6 +18,7 @@ from typing import TextIO
 
 from reprobox.core.protocol import MAX_RESULT_BYTES, size_text
 from reprobox.core.scrub import secrets_out
+from reprobox.run import phases
 from reprobox.run.backend import RESULT_FILE
 
 LOG_HEAD_BYTES = 4 * 1024 * 1024  # what a capped log keeps of its start (the setup, the error)
@@ -70,6 +71,13 @@ def bound_logs(log_dir: Path) -> list[Path]:
     logs = sorted(p for p in log_dir.glob("*.log") if p.is_file() and not p.is_symlink())
     for log in logs:
         cap_log(log)
+    if logs:  # its own phase: scrubbing a capped log takes about a second per 8 MiB
+        size = sum(log.stat().st_size for log in logs)
+        phases.emit(
+            phases.PhaseKind.SCRUBBING,
+            f"{len(logs)} log{'s' * (len(logs) != 1)} ({size_text(size)})",
+        )
+    for log in logs:
         _scrub_log(log)
     result = log_dir / RESULT_FILE
     if result.is_file() and not result.is_symlink() and result.stat().st_size <= MAX_RESULT_BYTES:

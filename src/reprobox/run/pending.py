@@ -19,7 +19,7 @@ from reprobox.core.judge import Judgement, Launched, Status, judge, peek_verdict
 from reprobox.core.protocol import SCHEMA_VERSION, Verdict
 from reprobox.core.records import Record
 from reprobox.core.spec import Repro
-from reprobox.run.backend import Case, LaunchRequest, Prepared
+from reprobox.run.backend import RESULT_FILE, Case, LaunchRequest, Prepared
 
 
 @dataclass
@@ -106,10 +106,30 @@ def save(record: Record) -> None:
         full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
         why = "the disk is full" if full else (exc.strerror or str(exc))
         raise ReproboxError(
-            f"cannot save the record of {record.repro} {record.label}: {why}; what was "
-            f"measured is kept in {record.dir}",
+            f"cannot save the record of {record.repro} {record.label}: {why}; "
+            f"{what_is_kept(Path(record.dir))}",
             exit_code=ExitCode.HARNESS_FAILED,
         ) from None
+
+
+def what_is_kept(run_dir: Path) -> str:
+    """What a run left in its folder, as it is on disk: a message names only what exists (a
+    full disk may have stopped the run before its folder, its logs or its result). A folder
+    left empty is removed, as a cell that never started leaves none."""
+    try:
+        files = [p for p in run_dir.iterdir() if p.is_file() and p.stat().st_size > 0]
+    except OSError:
+        files = []
+    logs = sorted(p.name for p in files if p.suffix == ".log")
+    if any(p.name == RESULT_FILE for p in files):
+        return f"its result{' and logs are' if logs else ' is'} kept in {run_dir}"
+    if logs:
+        return f"no result was written; its logs ({', '.join(logs)}) are kept in {run_dir}"
+    if not any(run_dir.iterdir() if run_dir.is_dir() else ()):
+        remove_if_empty(run_dir)
+    return "nothing was measured or logged" + (
+        f" (its run folder {run_dir} holds no result and no log)" if run_dir.exists() else ""
+    )
 
 
 def remove_if_empty(run_dir: Path) -> None:

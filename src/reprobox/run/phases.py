@@ -1,6 +1,7 @@
 """What a run is doing now, as typed events: resolving a lock, preparing and installing an
-environment, launching, running, judging. The pipeline and its hooks emit them; one callback
-(the CLI's) says them to a person or a CI log. `run` never draws: it knows no terminal.
+environment, launching, running, scrubbing the logs, judging. The pipeline and its hooks
+emit them; one callback (the CLI's) says them to a person or a CI log. `run` never draws: it
+knows no terminal.
 
 The callback is set for a run with `reporting(on_phase)`; a hook deep in a back end (the
 environment install, the launcher) calls `emit` without being handed it. The sink lives in a
@@ -25,6 +26,7 @@ class PhaseKind(StrEnum):
     INSTALLING = "installing"  # an environment that is not ready yet
     LAUNCHING = "launching"  # the launcher (or the preflight) is being started
     RUNNING = "running"  # its processes are up
+    SCRUBBING = "scrubbing"  # the launch ended: its logs are capped and scrubbed of secrets
     JUDGING = "judging"  # the launch ended: exit codes and result files are read
 
 
@@ -38,10 +40,16 @@ class Phase:
     detail: str = ""
 
     def text(self) -> str:
-        """`installing 6 packages`, `running (2 processes started)`."""
+        """`installing 6 packages`, `running (2 processes started)`, `scrubbing 2 logs
+        (8.0 MiB)`."""
         if not self.detail:
             return self.kind.value
-        if self.kind in (PhaseKind.RESOLVING, PhaseKind.PREPARING, PhaseKind.INSTALLING):
+        if self.kind in (
+            PhaseKind.RESOLVING,
+            PhaseKind.PREPARING,
+            PhaseKind.INSTALLING,
+            PhaseKind.SCRUBBING,
+        ):
             return f"{self.kind.value} {self.detail}"
         return f"{self.kind.value} ({self.detail})"
 

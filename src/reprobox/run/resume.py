@@ -4,7 +4,8 @@ made from the same lock, the same code and the same arguments.
 "Measured" is a verdict that was judged and matched, missed, or was recorded (no
 expectation); an error, an interrupted run and an undecided noisy cell are run again. The
 code is every file of the repro's folder but its locks (compared through the lock's own
-hash), plus the fix module the variant loads; the arguments are the script's. Anything this
+hash), plus every file of `fixes/` (on every launch's PYTHONPATH, so any of them may be
+imported); the arguments are the script's. Anything this
 cannot compare (a record from before these were kept, another back end's environment, the
 host's torch) runs again, and says why.
 """
@@ -38,15 +39,22 @@ class Resumed:
 
 
 def code_hash(repro: Repro, cell: Cell) -> str:
-    """The repro's code as a cell runs it: every file of its folder (not its locks, not
-    bytecode), by path and content, and the variant's fix module."""
+    """The code a cell may run: every file of the repro's folder (not its locks, not
+    bytecode) and every file of `fixes/`, by path and content. All of `fixes/`, not only the
+    variant's fix module: every launch has it on PYTHONPATH, so a script or a fix module may
+    import any helper there, and a helper that changed must not keep a verdict (issue 35)."""
     digest = hashlib.sha256()
+    root = repro.dir.parent.parent
     files = [p for p in sorted(repro.dir.rglob("*")) if p.is_file() and _is_code(repro.dir, p)]
+    if repro.fixes_dir.is_dir():
+        files += [p for p in sorted(repro.fixes_dir.rglob("*"))
+                  if p.is_file() and _is_code(repro.fixes_dir, p)]  # fmt: skip
     fix = repro.variant(cell.variant).fix
-    if fix:
-        files.append(repro.fixes_dir / f"{fix}.py")
+    if fix and repro.fixes_dir / f"{fix}.py" not in files:
+        files.append(repro.fixes_dir / f"{fix}.py")  # missing: its read fails, so it runs again
     for path in files:
-        digest.update(str(path.relative_to(repro.dir.parent.parent)).encode() + b"\0")
+        shown = path.relative_to(root) if path.is_relative_to(root) else path
+        digest.update(str(shown).encode() + b"\0")
         try:
             digest.update(path.read_bytes())
         except OSError:  # its content is unknown: a hash that matches nothing, so it runs again

@@ -5,10 +5,11 @@ see `kill`); torchrun's workers, a rank's children and daemons do not inherit it
 launch starts this small process with a pipe from the harness on its stdin, in its own
 session (a Ctrl-C in the terminal does not reach it). The harness writes what it learns about
 the launch: its process group, the processes it saw in the launch's tree (pid and start
-time), their sessions and groups. "done" ends the watch quietly. When the pipe closes without
-it (the harness got kill -9, the OOM killer, nox's SIGKILL half a second after Ctrl-C), the
-watchdog kills all of that, every process carrying the launch's run id, and all their
-descendants, then removes the run's entry from the registry of live runs.
+time), their sessions and groups (each with its leader's start time: see `LaunchProcesses`).
+"done" ends the watch quietly. When the pipe closes without it (the harness got kill -9,
+the OOM killer, nox's SIGKILL half a second after Ctrl-C), the watchdog kills all of that,
+every process carrying the launch's run id, and all their descendants, then removes the
+run's entry from the registry of live runs.
 
 A container run (`podman run`) is watched the same way (`Watcher`): the harness also writes
 "container ENGINE NAME", and a watchdog whose pipe closes removes that container
@@ -38,12 +39,19 @@ _SAME_START_S = 0.05
 
 @dataclass
 class LaunchProcesses:
-    """What is known of one launch's processes: enough to find every one of them again."""
+    """What is known of one launch's processes: enough to find every one of them again, and
+    never another's.
+
+    A group or session is known by its id and its leader's start time: it counts only while
+    its leader is that very process. Once the leader is gone the id may be recycled (pid_max
+    32768 on a machine other jobs share) for someone else's group, so a process in it must
+    prove itself another way: its own pid and start time, the run id in its environment, or
+    descent from a process that did (`kill`)."""
 
     run_id: str
-    groups: set[int] = field(default_factory=set)  # process groups (the launch's own first)
+    groups: dict[int, float] = field(default_factory=dict)  # group id -> its leader's start
     pids: dict[int, float] = field(default_factory=dict)  # pid -> start time
-    sessions: set[int] = field(default_factory=set)  # sessions its processes created
+    sessions: dict[int, float] = field(default_factory=dict)  # session id -> leader's start
     containers: list[tuple[str, str]] = field(default_factory=list)  # (engine, name)
 
     def belongs(self, proc: psutil.Process, started: float) -> bool:
@@ -52,19 +60,72 @@ class LaunchProcesses:
         if known is not None and abs(known - started) < _SAME_START_S:
             return True
         try:
-            if os.getpgid(proc.pid) in self.groups or os.getsid(proc.pid) in self.sessions:
-                return True
+            group, session = os.getpgid(proc.pid), os.getsid(proc.pid)
         except OSError:
             return False
+        if _led_by(group, self.groups) or _led_by(session, self.sessions):
+            return True
         try:
             return bool(proc.environ().get(RUN_ID_ENV) == self.run_id)
         except (psutil.Error, OSError):
             return False
 
 
+def _led_by(ident: int, leaders: dict[int, float]) -> bool:
+    """Whether group or session `ident` is one the launch knows, still led by the process
+    that started it (same pid, same start time)."""
+    known = leaders.get(ident)
+    if known is None:
+        return False
+    started = start_time(ident)
+    return started is not None and abs(started - known) < _SAME_START_S
+
+
+def start_time(pid: int) -> float | None:
+    """When `pid` started (None: gone): with the pid, a process's identity."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def send(pid: int, started: float, sig: int) -> bool:
+    """Send `sig` to process `pid` only if it is the one that started at `started`; whether
+    it was sent. A pidfd pins the process between the check and the signal, so a pid freed
+    and reused meanwhile is never hit (without pidfds: psutil's own check, then kill)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (ProcessLookupError, PermissionError):
+        return False
+    except (AttributeError, OSError):
+        return _send_checked(pid, started, sig)
+    try:
+        now = start_time(pid)
+        if now is None or abs(now - started) >= _SAME_START_S:
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _send_checked(pid: int, started: float, sig: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - started) >= _SAME_START_S:
+            return False
+        proc.send_signal(sig)  # psutil checks again that the pid was not reused
+        return True
+    except psutil.Error:
+        return False
+
+
 def kill(launch: LaunchProcesses, spare: Sequence[int] = ()) -> int:
     """SIGKILL every process of the launch and all their descendants (never this process
-    or `spare`); how many were killed.
+    or `spare`); how many were killed. Each is killed by its identity (`send`), as seen when
+    it was found to belong.
 
     Descendants count because a daemon that left the group and the session and cleared its
     environment is still the child of a rank: every launched process is a child subreaper,
@@ -91,11 +152,9 @@ def kill(launch: LaunchProcesses, spare: Sequence[int] = ()) -> int:
                     stack.append(child.pid)
         found = 0
         for proc in doomed.values():
-            try:
-                proc.kill()
+            started = proc.info.get("create_time")
+            if started is not None and send(proc.pid, started, signal.SIGKILL):
                 found += 1
-            except psutil.Error:
-                continue
         killed += found
         if not found:
             break
@@ -197,10 +256,10 @@ def main(argv: Sequence[str]) -> int:
                 if kind == "done":
                     done = True
                     break
-                if kind == "group":
-                    launch.groups.add(int(rest))
-                elif kind == "session":
-                    launch.sessions.add(int(rest))
+                if kind in ("group", "session"):  # an id with no leader's start: never used
+                    ident, started = rest.split()
+                    leaders = launch.groups if kind == "group" else launch.sessions
+                    leaders[int(ident)] = float(started)
                 elif kind == "pid":
                     pid, started = rest.split()
                     launch.pids[int(pid)] = float(started)

@@ -36,6 +36,7 @@ from reprobox.core.records import RECORD_FILE, Record, RecordStore
 from reprobox.core.spec import Repro
 from reprobox.run.backend import RESULT_FILE
 from reprobox.run.exits import last_error, launcher_exits
+from reprobox.run.logs import bound_logs
 from reprobox.scaleout.k8s import CELL_FILE, EXIT_FILE, STARTED_KEY
 
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a log or result larger than this is not imported
@@ -100,7 +101,8 @@ def _hidden(relative: Path) -> bool:
 
 def _copy_run(directory: Path, store: RecordStore, cell: Cell) -> Path:
     """Copy the regular files of one output folder (no links, no sub-folders but the
-    per-rank logs, none over the size bound) into a new run folder of `cell`."""
+    per-rank logs, none over the size bound) into a new run folder of `cell`, its logs and
+    result scrubbed as a run's own are (a pod's launch.log holds what its ranks printed)."""
     run_dir = store.new_run_dir(cell.repro, cell.slug)
     for path in sorted(directory.iterdir()):
         if path.is_symlink() or not path.is_file() or path.name == RECORD_FILE:
@@ -108,6 +110,7 @@ def _copy_run(directory: Path, store: RecordStore, cell: Cell) -> Path:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise BadInput(f"{path.name} is larger than {MAX_FILE_BYTES // 2**20} MiB")
         shutil.copyfile(path, run_dir / path.name, follow_symlinks=False)
+    bound_logs(run_dir)  # kept like a run's own: capped, scrubbed of secrets (so is the result)
     return run_dir
 
 

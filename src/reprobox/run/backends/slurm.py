@@ -27,6 +27,7 @@ margin (Slurm counts whole minutes), unless `--time` says otherwise. `--no-reque
 whose node fails ends NODE_FAIL instead of waiting in the queue for the node to return.
 An interrupt (Ctrl-C, SIGTERM) scancels every job this back end submitted, by their shared
 job name (a job whose `sbatch` was cut short included), and waits until `squeue` lists none.
+A harness killed with -9 cannot: its runners stop once its beat does (`slurmjob`: 45 s).
 """
 
 from __future__ import annotations
@@ -168,6 +169,7 @@ class SlurmBackend:
         self._jobs: set[str] = set()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._beat = slurmjob.HarnessBeat()  # the runners stop their launch when it stops
 
     # -- before anything runs ------------------------------------------------------------
 
@@ -294,6 +296,7 @@ class SlurmBackend:
                 self._cancel([job])
             raise
         finally:
+            self._beat.remove(task.plan.log_dir)
             with self._lock:
                 self._jobs.discard(job)
         outcome = read_back(task.plan, request, job, final, limit, {"submitted_at": submitted})
@@ -356,6 +359,8 @@ class SlurmBackend:
             if left:
                 with interrupts.shielded(raise_pending=False):
                     self._cancel([job])
+            for task in tasks:
+                self._beat.remove(task.plan.log_dir)
             with self._lock:
                 self._jobs.discard(job)
 
@@ -368,6 +373,7 @@ class SlurmBackend:
                      plan.log_dir / detached.OUTCOME_NAME)  # fmt: skip
         slurm_nodes.clear(plan.log_dir, plan.nodes)
         detached.write_plan(plan, task.plan_file)
+        self._beat.add(plan.log_dir)  # beating before the job can start: see slurmjob
         return task
 
     def _array_states(self, job: str) -> dict[int, dict[str, str]]:

@@ -161,7 +161,9 @@ def node(plan_file: Path) -> int:
     detached.write_plan(placed, where / NODE_PLAN)
     outcome = where / detached.OUTCOME_NAME
     outcome.unlink(missing_ok=True)
-    return slurmjob.run_with_heartbeat(where / NODE_PLAN, outcome, where / slurmjob.HEARTBEAT_NAME)
+    harness = plan_file.with_name(slurmjob.HARNESS_NAME)  # one for every node of the launch
+    beat = where / slurmjob.HEARTBEAT_NAME
+    return slurmjob.run_with_heartbeat(where / NODE_PLAN, outcome, beat, harness)
 
 
 # -- the submit side: every node's outcome, for the judge -------------------------------------

@@ -15,13 +15,23 @@ lists as running is then judged:
 - as a lost node, an error naming the node and never a timeout or a verdict, when its
   heartbeat stopped for LOST_AFTER_S, or never began by the harness's own deadline;
 - as a timeout only when the launch is still beating past the job's time limit plus margin.
+
+The beat goes the other way too: the harness rewrites `harness-heartbeat` in each launch's
+run folder every HEARTBEAT_S from a thread of its own (`HarnessBeat`), and the runner stops
+its launch (as SIGTERM would: its ranks killed, its outcome "interrupted") once that file
+has not changed for HARNESS_LOST_AFTER_S. A harness that can clean up scancels its jobs; one
+killed with -9 (or the OOM killer, or a lost login node) cannot, and its job's processes
+are gone within HARNESS_LOST_AFTER_S + 2 * HEARTBEAT_S + the launcher's TERM_GRACE_S (45 s)
+instead of running until the launch's own timeout.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import signal
 import sys
 import threading
 import time
@@ -42,6 +52,8 @@ JOB_FILE = "slurm.json"  # per launch: job id, state, exit code and its timings
 HEARTBEAT_NAME = "launch-heartbeat"
 HEARTBEAT_S = 5.0  # how often the runner on the node beats
 LOST_AFTER_S = 30.0  # no beat this long while Slurm says the job runs: its node is lost
+HARNESS_NAME = "harness-heartbeat"  # the harness's beat, in the launch's run folder
+HARNESS_LOST_AFTER_S = 30.0  # no harness beat this long: the runner stops its launch
 OUTCOME_GRACE_S = 10.0  # a finished launch Slurm has not ended this long: read it anyway
 STOPPED_GRACE_S = 120.0  # a launch stopped on its node (SIGTERM) Slurm has not explained
 ENDED = frozenset(
@@ -75,32 +87,102 @@ def task_ids(spec: str) -> list[int]:
 
 
 def runner_argv(plan_file: Path, outcome_file: Path) -> list[str]:
-    """The batch script's command: the detached runner with a heartbeat beside its outcome."""
+    """The batch script's command: the detached runner with a heartbeat beside its outcome,
+    watching the harness's beside its plan."""
     beat = outcome_file.with_name(HEARTBEAT_NAME)
-    return [sys.executable, "-m", __name__, str(plan_file), str(outcome_file), str(beat)]
+    harness = plan_file.with_name(HARNESS_NAME)
+    return [sys.executable, "-m", __name__, str(plan_file), str(outcome_file), str(beat),
+            str(harness)]  # fmt: skip
 
 
-def _beat(path: Path, stop: threading.Event) -> None:
+def _write_beat(path: Path, count: int) -> None:
+    try:
+        with path.open("w") as handle:  # in place, not renamed: see the module's notes
+            handle.write(f"{count}\n")
+    except OSError:
+        pass  # a full or unreachable disk: the other side sees the beat stop, as it should
+
+
+def _beat(path: Path, stop: threading.Event, harness: Path | None) -> None:
+    """Beat until stopped; stop the launch (SIGTERM to this runner) once the harness's beat
+    has not changed for HARNESS_LOST_AFTER_S (by content: the clocks differ). A harness
+    beat never seen (no file) is never judged."""
     count = 0
+    seen: str | None = None
+    changed_at = time.monotonic()
     while not stop.is_set():
         count += 1
-        try:
-            with path.open("w") as handle:  # in place, not renamed: see the module's notes
-                handle.write(f"{count}\n")
-        except OSError:
-            pass  # a full or unreachable disk: the watch sees the beat stop, as it should
+        _write_beat(path, count)
+        if harness is not None:
+            now, beat = time.monotonic(), _read(harness)
+            if beat is not None and beat != seen:
+                seen, changed_at = beat, now
+            elif seen is not None and now - changed_at > HARNESS_LOST_AFTER_S:
+                print(
+                    f"reprobox: error: the harness stopped beating {now - changed_at:.0f}s ago "
+                    "(killed, or its host lost): stopping the launch",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os.kill(os.getpid(), signal.SIGTERM)  # this very process: the runner
+                return
         stop.wait(HEARTBEAT_S)
 
 
-def run_with_heartbeat(plan_file: Path, outcome_file: Path, beat: Path) -> int:
-    """Run one plan as the detached runner does, beating until its outcome is written."""
+def run_with_heartbeat(
+    plan_file: Path, outcome_file: Path, beat: Path, harness: Path | None = None
+) -> int:
+    """Run one plan as the detached runner does, beating until its outcome is written, and
+    stopping it if the harness's beat (`harness`) stops."""
     stop = threading.Event()
-    thread = threading.Thread(target=_beat, args=(beat, stop), daemon=True)
+    thread = threading.Thread(target=_beat, args=(beat, stop, harness), daemon=True)
     thread.start()
     try:
         return detached.run_plan_file(plan_file, outcome_file)
     finally:
         stop.set()
+
+
+class HarnessBeat:
+    """The harness's side of the beat: a thread that rewrites `harness-heartbeat` in each
+    folder it is given, every HEARTBEAT_S, whatever the watch is doing (a slow scontrol must
+    not read as a dead harness). It dies with the harness, which is the point."""
+
+    def __init__(self) -> None:
+        self._folders: dict[Path, int] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._count = 0
+
+    def add(self, folder: Path) -> None:
+        """Beat in `folder` from now on (a first beat at once: before its job is submitted)."""
+        with self._lock:
+            self._folders[folder] = self._folders.get(folder, 0) + 1
+            self._count += 1
+            count = self._count
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="harness-beat")  # fmt: skip
+                self._thread.start()
+        _write_beat(folder / HARNESS_NAME, count)
+
+    def remove(self, folder: Path) -> None:
+        """Stop beating in `folder` (its job was read back)."""
+        with self._lock:
+            left = self._folders.get(folder, 0) - 1
+            if left > 0:
+                self._folders[folder] = left
+            else:
+                self._folders.pop(folder, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(HEARTBEAT_S)
+            with self._lock:
+                self._count += 1
+                count, folders = self._count, list(self._folders)
+            for folder in folders:
+                _write_beat(folder / HARNESS_NAME, count)
 
 
 @dataclass(frozen=True)
@@ -324,10 +406,11 @@ def ended(
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3:
-        print("usage: python -m reprobox.run.backends.slurmjob PLAN OUTCOME HEARTBEAT")
+    if len(args) not in (3, 4):
+        print("usage: python -m reprobox.run.backends.slurmjob PLAN OUTCOME HEARTBEAT [HARNESS]")
         return int(ExitCode.BAD_INPUT)
-    return run_with_heartbeat(Path(args[0]), Path(args[1]), Path(args[2]))
+    harness = Path(args[3]) if len(args) == 4 else None
+    return run_with_heartbeat(Path(args[0]), Path(args[1]), Path(args[2]), harness)
 
 
 if __name__ == "__main__":
