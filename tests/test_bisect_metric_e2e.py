@@ -1,12 +1,16 @@
 """A drifting metric bisected through the real CLI: five releases of a tiny package (real
 wheels on a real PEP 503 index on 127.0.0.1, installed by uv), whose repro reports a metric
-drawn from N(0, 1) before 1.2.0 and N(0.5, 1) from it on: half a standard deviation, values
-that overlap so much that the per-launch rule (drift > 0.5) reproduces in 31% of launches
-before the change and 50% after. The variant declares the statistical test (t on the metric),
-so `reprobox bisect` searches the metric's samples (strategy "shift"). Seeded by REPRO_SEED,
-so every run of this test is the same: it names 1.2.0 at its stated confidence; a budget too
-small is undecided (exit 1), never a guess; a range without the shift is "no change"; the
-report over that history states the answer and no conflict with its cells."""
+drawn from N(0, 1) before 1.2.0 and N(1, 1) from it on: values that overlap so much that the
+per-launch rule (drift > 0.5) reproduces in 31% of launches before the change and 69% after.
+The variant declares the statistical test (t on the metric), so `reprobox bisect` searches
+the metric's samples (strategy "shift"). Seeded by REPRO_SEED, so every run of this test is
+the same: it names 1.2.0 at its stated confidence; a budget too small is undecided (exit 1),
+never a guess; a range without the shift is "no change"; the report over that history
+states the answer and no conflict with its cells.
+
+A shift of half a sd took 274 real launches when run by hand: too many for the suite on two
+cores. tests/test_bisect_metric.py runs that shift through the real driver, prober and log
+with fake launches, and tests/bench/bench_metric_bisect.py measures it."""
 
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ VERSIONS = ["1.0.0", "1.0.1", "1.1.0", "1.2.0", "1.3.0"]  # the mean shifts from
 
 TOML = f"""\
 [repro]
-title = "a training metric whose mean rises by half a standard deviation"
+title = "a training metric whose mean rises by one standard deviation"
 upstream = "https://example.invalid/drift"
 script = "drift.py"
 
@@ -68,7 +72,7 @@ sys.exit({"clean": 0, "reproduced": 1}[verdict])
 
 
 def _wheel(folder: Path, version: str) -> None:
-    mean = 0.5 if version >= "1.2.0" else 0.0
+    mean = 1.0 if version >= "1.2.0" else 0.0
     init = f"VERSION = {version!r}\nMEAN = {mean}\n"
     write_wheel(folder, PACKAGE, version, {"driftpkg/__init__.py": init})
 
@@ -107,7 +111,7 @@ def _bisect(good: str, bad: str, *more: str) -> tuple[int, str, BisectSummary]:
     return done.returncode, done.stdout.strip().splitlines()[-1], summary
 
 
-def test_a_half_sd_shift_is_named_from_the_metric(drift_root: Path) -> None:
+def test_a_shift_is_named_from_the_metric(drift_root: Path) -> None:
     code, last, summary = _bisect("1.0.0", "1.3.0", "--max-runs", "20")
     assert code == 1 and last.startswith("undecided after 20 runs (target 0.99): "), last
     code, last, summary = _bisect("1.0.0", "1.3.0")  # resumes the 20 above
@@ -117,7 +121,7 @@ def test_a_half_sd_shift_is_named_from_the_metric(drift_root: Path) -> None:
         f"first release where drift's mean shifts: {PACKAGE} 1.2.0 (posterior 0.99"
     )
     assert summary.strategy == "shift" and summary.first == "1.2.0"
-    assert summary.shift is not None and 0.2 < summary.shift < 1.0
+    assert summary.shift is not None and 0.6 < summary.shift < 1.6
     assert sum(p.resumed for p in summary.probes) == 20
     fresh = [p for p in summary.probes if p.fresh]
     assert fresh and all(p.value is not None and p.record for p in fresh)
