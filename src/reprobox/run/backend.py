@@ -80,6 +80,7 @@ class Prepared:
     env_s: float
     handle: Handle  # the back end's own (a venv, an image)
     torch_source: str = ""  # where torch came from, in words without local paths
+    image: str = ""  # a container's image digest (sha256:...), which the record names
 
 
 @dataclass(frozen=True)

@@ -243,6 +243,7 @@ def _prepare(
             return
         item.record.lock_hash = item.prepared.lock_hash
         item.record.runner = item.prepared.runner
+        item.record.image = item.prepared.image
         item.record.torch_source = item.prepared.torch_source
         item.record.env_s = time.monotonic() - started
 
