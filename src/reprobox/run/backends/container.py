@@ -31,6 +31,7 @@ from reprobox.run.backend import PLAN_FILE, RESULT_FILE, LaunchRequest, Prepared
 from reprobox.run.backends.engine import SHM_GIB, Engine, find_engine
 from reprobox.run.backends.images import (
     COMMITS_LABEL,
+    LOCK_LABEL,
     ImageSpec,
     build,
     image_id,
@@ -38,6 +39,7 @@ from reprobox.run.backends.images import (
     image_spec,
     prune,
     push,
+    stored,
 )
 from reprobox.run.environments import resolve_sources
 from reprobox.run.exits import last_error, launcher_exits
@@ -47,8 +49,9 @@ from reprobox.run.pushes import Pushed
 
 # What callers name here (the CLI, tests): the engine and the images.
 __all__ = [
-    "COMMITS_LABEL", "ContainerBackend", "Engine", "ImageSpec", "build", "check_memory",
-    "default_memory", "find_engine", "image_of", "image_spec", "prune", "push",
+    "COMMITS_LABEL", "LOCK_LABEL", "ContainerBackend", "Engine", "ImageSpec", "build",
+    "check_memory", "default_memory", "find_engine", "image_of", "image_spec", "prune", "push",
+    "stored",
 ]  # fmt: skip
 
 MEMORY_PER_PROCESS_GIB = 4  # a run's memory bound by default: per rank, plus /dev/shm

@@ -97,7 +97,7 @@ def image_spec(
         digest.update(str(path.name).encode() + path.read_bytes())
     if ran:  # (absent otherwise: the tags of every other image stay as they were)
         digest.update(json.dumps(ran).encode())
-    tag = f"localhost/reprobox/{repro.name}:{variant}-{platform}-{digest.hexdigest()[:12]}"
+    tag = f"{TAG_PREFIX}{repro.name}:{variant}-{platform}-{digest.hexdigest()[:12]}"
     return ImageSpec(repro, variant, platform, lock, dockerfile, tag, wheels, ran)
 
 
@@ -342,34 +342,41 @@ class Stored:
     created: str  # the engine's timestamp, compared by its first 19 characters
 
 
-def stored(engine: Engine) -> list[Stored]:
-    """Every image the harness built (those with its lock label), oldest first."""
+TAG_PREFIX = "localhost/reprobox/"  # every tag `image_spec` gives
+
+
+def stored(engine: Engine, prefix: str = TAG_PREFIX) -> list[Stored]:
+    """Every image the harness built (its lock label, a tag under `prefix`), oldest
+    first."""
     listed = subprocess.run([engine.name, "images", "-q", "--no-trunc", "--filter",
                              f"label={LOCK_LABEL}"], capture_output=True, text=True,
                             timeout=120)  # fmt: skip
     ids = list(dict.fromkeys(listed.stdout.split()))
     if listed.returncode != 0 or not ids:
         return []
-    fmt = "{{json .Id}}\t{{json .RepoTags}}\t{{.Size}}\t{{json .Created}}"
-    proc = subprocess.run([engine.name, "image", "inspect", "--format", fmt, *ids],
+    # podman 4.3 cannot render `json .Id`; a timestamp has no tab, a JSON list no tab either
+    fmt = "{{.Id}}\t{{json .RepoTags}}\t{{.Size}}\t{{.Created}}"
+    names = [ident.removeprefix("sha256:") for ident in ids]
+    proc = subprocess.run([engine.name, "image", "inspect", "--format", fmt, *names],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     found = []
     for line in proc.stdout.splitlines():
         try:
             ident, tags, size, created = line.split("\t")
-            found.append(Stored(json.loads(ident), tuple(json.loads(tags) or ()), int(size),
-                                str(json.loads(created))))  # fmt: skip
+            named = tuple(json.loads(tags) or ())
+            found.append(Stored(ident, named, int(size), created))
         except (ValueError, TypeError):
             continue
+    found = [image for image in found if any(t.startswith(prefix) for t in image.tags)]
     return sorted(found, key=lambda image: image.created[:19].replace("T", " "))
 
 
-def prune(engine: Engine, bound: int, keep: set[str]) -> list[str]:
+def prune(engine: Engine, bound: int, keep: set[str], prefix: str = TAG_PREFIX) -> list[str]:
     """Remove the harness's images, oldest first, until their sizes add up to at most
     `bound` bytes (a shared layer is counted in each image that holds it, so the bound is
     never exceeded on disk); images tagged in `keep` (this run's) and images a container
     still uses stay. The tags removed."""
-    images = stored(engine)
+    images = stored(engine, prefix)
     total = sum(image.size for image in images)
     removed: list[str] = []
     for image in images:
