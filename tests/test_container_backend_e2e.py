@@ -8,7 +8,9 @@ A script that dies after writing a clean result, and the harness killed by Ctrl-
 mid-run, show the faults: an error and never a verdict, and no container left behind.
 
 Needs a container engine and the local base image, as tests/test_images_e2e.py does; set
-REPROBOX_SKIP_CONTAINERS=1 to leave these tests out knowingly.
+REPROBOX_SKIP_CONTAINERS=1 to leave these tests out knowingly. REPROBOX_ENGINE=docker runs
+the whole module under docker (the CLI reads the same setting); REPROBOX_TEST_ENGINES="podman
+docker" has the last test compare the two.
 """
 
 from __future__ import annotations
@@ -120,13 +122,17 @@ packages = ["gatepkg"]
 @pytest.fixture(scope="module")
 def engine() -> images.Engine:
     try:
-        found = images.find_engine()
+        found = images.find_engine(os.environ.get("REPROBOX_ENGINE") or None)
     except Exception as exc:
         if os.environ.get("REPROBOX_SKIP_CONTAINERS") == "1":
             pytest.skip(f"REPROBOX_SKIP_CONTAINERS=1: {exc}")
         pytest.fail(f"{exc} (or set REPROBOX_SKIP_CONTAINERS=1 to leave container tests out)")
     if BASE.startswith("localhost/") and not found.image_exists(BASE):
-        subprocess.run(["bash", str(ROOT / "images" / "base" / "build-base.sh"), BASE], check=True)
+        if found.name == "podman":
+            build = ["bash", str(ROOT / "images" / "base" / "build-base.sh"), BASE]
+            subprocess.run(build, check=True)
+        else:
+            _base_in(found)
     return found
 
 
@@ -389,6 +395,7 @@ def test_a_missing_engine_is_one_line(gate_root: Path, tmp_path: Path) -> None:
         if found:
             (bare / tool).symlink_to(found)
     env = {**os.environ, "PATH": str(bare)}
+    env.pop("REPROBOX_ENGINE", None)  # no engine named: it looks for either
     done = subprocess.run([sys.executable, "-m", "reprobox", "run", "gate", "--backend",
                            "container"], capture_output=True, text=True, env=env)  # fmt: skip
     assert done.returncode == ExitCode.NO_ENGINE, done.stderr
@@ -429,3 +436,39 @@ def test_images_are_pruned_to_the_disk_bound_oldest_first(
         assert [s.tags[0] for s in images.stored(engine, prefix)] == [tags[1]]
     finally:
         subprocess.run([engine.name, "rmi", "-f", *tags], capture_output=True, timeout=120)
+
+
+ENGINES = os.environ.get("REPROBOX_TEST_ENGINES", "podman").split()
+
+
+def _base_in(engine: images.Engine) -> None:
+    """The local base image in `engine`, copied from the other engine where it was built."""
+    if not BASE.startswith("localhost/") or engine.image_exists(BASE):
+        return
+    other = "podman" if engine.name == "docker" else "docker"
+    saved = subprocess.run([other, "save", BASE], capture_output=True, check=True).stdout
+    subprocess.run([engine.name, "load"], input=saved, capture_output=True, check=True)
+
+
+def test_the_same_run_under_each_engine(
+    gate_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """podman and docker (REPROBOX_TEST_ENGINES, default podman: docker's daemon is not
+    everywhere) give the same verdicts and results; each leaves no container."""
+    seen = {}
+    for name in ENGINES:
+        engine = images.find_engine(name)  # an engine named here must work: no skip
+        _base_in(engine)
+        monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / name))
+        started = time.monotonic()
+        done = reprobox("run", "gate", "--backend", "container", "--engine", name, timeout=1800)
+        assert done.returncode == 0, done.stderr
+        print(f"{name}: {time.monotonic() - started:.1f}s")
+        records = newest_records(tmp_path / name, "gate")
+        assert all(r["runner"].startswith(f"{name} ") for r in records.values())
+        assert all(r["image"].startswith("sha256:") for r in records.values())
+        seen[name] = {label: (r["verdict"], r["result"]["reason"]) for label, r in records.items()}
+        assert containers(engine) == []
+    assert seen[ENGINES[0]] == {"broken": ("reproduced", "gatepkg 1.5.0"),
+                                "control": ("clean", "gatepkg 1.5.0")}  # fmt: skip
+    assert all(found == seen[ENGINES[0]] for found in seen.values()), seen

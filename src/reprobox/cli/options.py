@@ -360,7 +360,8 @@ OPTIONS: dict[str, Option] = {
         Option(
             "engine",
             ("--engine",),
-            "container: the engine (default: whichever of podman and docker works)",
+            "container: the engine (default: REPROBOX_ENGINE, else whichever of podman and "
+            "docker works)",
             choices=("podman", "docker"),
         ),
         Option(

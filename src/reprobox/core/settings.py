@@ -56,6 +56,7 @@ class Settings:
     ci_run_url: str | None = None
     step_summary: Path | None = None  # GITHUB_STEP_SUMMARY
     base_image: str | None = None  # REPROBOX_BASE_IMAGE: what the Dockerfiles build FROM
+    engine: str | None = None  # REPROBOX_ENGINE: podman | docker (None: whichever works)
     # REPROBOX_IMAGE_DISK: the disk the harness's images may hold (bytes; a size such as 40g),
     # pruned oldest first after each build; default 40 GiB
     image_disk: int = 40 * 1024**3
@@ -90,6 +91,7 @@ class Settings:
             ci_run_url=_ci_run_url(env),
             step_summary=Path(summary) if (summary := env.get("GITHUB_STEP_SUMMARY")) else None,
             base_image=env.get("REPROBOX_BASE_IMAGE") or None,
+            engine=_choice(env, "REPROBOX_ENGINE", ENGINES) if env.get("REPROBOX_ENGINE") else None,
             image_disk=_size(env, "REPROBOX_IMAGE_DISK", 40 * 1024**3),
         )
 
@@ -129,6 +131,7 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     return seconds
 
 
+ENGINES = ("podman", "docker")
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 

@@ -94,7 +94,7 @@ def _container(settings: Settings, flags: BackendFlags) -> Backend:
     from reprobox.run.backends.engine import find_engine
 
     given = flags.container
-    engine = find_engine(given.engine)
+    engine = find_engine(given.engine or settings.engine)
     return ContainerBackend(
         settings, engine, base=given.base, no_cache=given.no_cache, memory=given.memory
     )
