@@ -421,7 +421,8 @@ def test_images_are_pruned_to_the_disk_bound_oldest_first(
         )
         tag = f"{prefix}img:{n}"
         pull = ["--pull=never"] if engine.name == "podman" else []
-        subprocess.run([engine.name, "build", *pull, "-t", tag, str(context)],
+        subprocess.run([engine.name, "build", *pull, "-f", str(context / "Containerfile"), "-t",
+                        tag, str(context)],
                        check=True, capture_output=True, timeout=300)  # fmt: skip
         tags.append(tag)
         time.sleep(1.1)  # created a second apart: oldest first is well defined
