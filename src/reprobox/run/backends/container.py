@@ -138,6 +138,7 @@ class ContainerBackend:
             env_s=time.monotonic() - started,
             handle=spec,
             image=digest,
+            machine=(("dev_shm", f"{SHM_GIB:.1f} GiB"),),  # --shm-size, not the host's
         )
 
     def push(self, prepared: Prepared, registry: str) -> Pushed:
