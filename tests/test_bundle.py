@@ -15,9 +15,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from shared_runs import SharedRun
 
 from conftest import PIP_WITHOUT_BYTECODE, newest_records, reprobox
 from reprobox.core import spec
@@ -378,3 +380,44 @@ def test_the_bundle_runs_with_pip_where_uv_is_absent(toy_root: Path, tmp_path: P
     assert ran.returncode == 0, ran.stdout + ran.stderr
     (venv,) = folder.glob(".venv-*")
     assert (venv / "bin" / "pip").exists()  # the pip path, not uv's
+
+
+# Where an index or a proxy would be, if anything tried one: nothing listens on port 9.
+CUT_OFF = "http://127.0.0.1:9"
+
+
+@pytest.mark.e2e
+def test_lm_head_rebuilds_from_its_wheelhouse_with_the_index_cut_off(
+    root: Path, tmp_path: Path, default_runs: Callable[[str], SharedRun]
+) -> None:
+    """Durability: `bundle --wheelhouse` carries every file lm_head's lock installs, and the
+    untarred bundle rebuilds the environment from the lock with no index (uv's cache empty,
+    every index and proxy pointed at a port nothing answers, the machine's find-links
+    gone) and gives the verdicts `reprobox run` recorded."""
+    recorded = default_runs("lm_head")
+    assert recorded.returncode == 0, recorded.stderr
+    verdicts = {k: r["verdict"] for k, r in newest_records(recorded.results, "lm_head").items()}
+    made = reprobox("bundle", "lm_head", "--wheelhouse", "-o", str(tmp_path / "bundle"))
+    assert made.returncode == 0, made.stderr
+    assert "bundle: wheelhouse/ holds " in made.stderr, made.stderr
+    folder = _unpack(tmp_path / "bundle" / "lm_head-bundle.tar.gz", tmp_path / "unpacked")
+    assert any(p.name.startswith("torch-") for p in (folder / "wheelhouse").iterdir())
+    env = {k: v for k, v in _bare_env(tmp_path, with_uv=True).items()
+           if not k.startswith(("UV_", "PIP_"))}  # fmt: skip
+    env.update({
+        "UV_INDEX_URL": f"{CUT_OFF}/simple", "PIP_INDEX_URL": f"{CUT_OFF}/simple",
+        "HTTP_PROXY": CUT_OFF, "HTTPS_PROXY": CUT_OFF, "http_proxy": CUT_OFF,
+        "https_proxy": CUT_OFF, "TORCH_CPU_LINKS": "", "UV_CACHE_DIR": str(tmp_path / "uv"),
+        "PIP_CONFIG_FILE": os.devnull,
+    })  # fmt: skip
+    ran = subprocess.run(["./run.sh", "all"], cwd=folder, env=env, capture_output=True,
+                         text=True, timeout=1200)  # fmt: skip
+    out = ran.stdout + ran.stderr
+    assert ran.returncode == 0, (
+        out
+        + (folder / "logs")
+        .joinpath(next(p.name for p in (folder / "logs").glob("install-*.log")))
+        .read_text()[-3000:]
+    )
+    table = _table(ran.stdout)
+    assert {variant: row[1] for variant, row in table.items()} == verdicts
