@@ -390,18 +390,25 @@ CUT_OFF = "http://127.0.0.1:9"
 def test_lm_head_rebuilds_from_its_wheelhouse_with_the_index_cut_off(
     root: Path, tmp_path: Path, default_runs: Callable[[str], SharedRun]
 ) -> None:
-    """Durability: `bundle --wheelhouse` carries every file lm_head's lock installs, and the
+    """Durability: `bundle --wheelhouse DIR` carries every file lm_head's lock installs (DIR
+    filled with them first; what else DIR holds stays out), and the
     untarred bundle rebuilds the environment from the lock with no index (uv's cache empty,
     every index and proxy pointed at a port nothing answers, the machine's find-links
     gone) and gives the verdicts `reprobox run` recorded."""
     recorded = default_runs("lm_head")
     assert recorded.returncode == 0, recorded.stderr
     verdicts = {k: r["verdict"] for k, r in newest_records(recorded.results, "lm_head").items()}
-    made = reprobox("bundle", "lm_head", "--wheelhouse", "-o", str(tmp_path / "bundle"))
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "reprobox_unpinned-0.1.0-py3-none-any.whl").write_bytes(b"not pinned: never carried")
+    made = reprobox("bundle", "lm_head", "--wheelhouse", str(house), "-o",
+                    str(tmp_path / "bundle"))  # fmt: skip
     assert made.returncode == 0, made.stderr
     assert "bundle: wheelhouse/ holds " in made.stderr, made.stderr
     folder = _unpack(tmp_path / "bundle" / "lm_head-bundle.tar.gz", tmp_path / "unpacked")
-    assert any(p.name.startswith("torch-") for p in (folder / "wheelhouse").iterdir())
+    carried = {p.name for p in (folder / "wheelhouse").iterdir()}
+    assert any(name.startswith("torch-") for name in carried)
+    assert "reprobox_unpinned-0.1.0-py3-none-any.whl" not in carried
     env = {k: v for k, v in _bare_env(tmp_path, with_uv=True).items()
            if not k.startswith(("UV_", "PIP_"))}  # fmt: skip
     env.update({

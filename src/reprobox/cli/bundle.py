@@ -10,6 +10,14 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+
 from reprobox.cli import options, ui
 from reprobox.core.settings import Settings
 
@@ -27,12 +35,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     bundle.add_argument("repro", help="the repro to bundle")
     options.add(bundle, "variant")
     bundle.add_argument("-o", "--out", type=Path, help="folder (default: results/<repro>/_bundle)")
-    options.add(bundle, "platform")
-    bundle.add_argument(
-        "--wheelhouse", action="store_true",
-        help="carry every wheel and sdist the locks install (wheelhouse/): run.sh then "
-             "installs with no index, the same environment months later",
-    )  # fmt: skip
+    options.add(bundle, "platform", "wheelhouse")
     bundle.set_defaults(handler=cmd_bundle)
 
 
@@ -53,8 +56,9 @@ def cmd_bundle(args: argparse.Namespace) -> int:
         locks[variant] = lock_for(repro, variant, args.platform, settings=settings)
     names = {v: bundle_lock_name(settings.root, lock) for v, lock in locks.items()}
     out = args.out or default_out(settings.results, repro.name)
-    if args.wheelhouse:
-        made = _with_wheelhouse(repro, variants, locks, out, args.platform, names, settings)
+    if args.wheelhouse:  # the bundle installs from this folder alone: it carries its files
+        folder = args.wheelhouse.expanduser().absolute()
+        made = _with_wheelhouse(repro, variants, locks, out, args.platform, names, settings, folder)
     else:
         made = write_bundle(repro, variants, locks, out, args.platform, names)
     ui.info(f"bundle: {made.dir} and {made.archive} ({', '.join(made.variants)})")
@@ -72,22 +76,43 @@ def _with_wheelhouse(
     platform: str,
     names: dict[str, str],
     settings: Settings,
+    folder: Path,
 ) -> Bundle:
-    """The bundle with every file its locks install, downloaded (hashes checked) first."""
+    """The bundle carrying, from `folder` (filled first with what it lacks, hashes checked),
+    every file its locks install and nothing else the folder holds."""
     from reprobox.envs import wheelhouse
     from reprobox.report.bundle import write_bundle
 
     python = repro.python(platform)
+    ui.info(f"bundle {repro.name}: filling {folder} with what the locks install")
+    chosen = list(dict.fromkeys(locks.values()))
+    house = wheelhouse.download(chosen, folder, python=python, lock_python=python,
+                                tag=wheelhouse.DEFAULT_TAG, settings=settings)  # fmt: skip
+    entries, _ = wheelhouse.wanted_entries(chosen, torch_from_host=False)
+    pins = dict(_pin(wheelhouse.entry_pin(entry)) for entry in entries)
     with tempfile.TemporaryDirectory(prefix="reprobox-bundle-wheels-") as scratch:
-        ui.info(f"bundle {repro.name}: downloading what the locks install (wheelhouse/)")
-        house = wheelhouse.download(
-            list(dict.fromkeys(locks.values())), Path(scratch), python=python,
-            lock_python=python, tag=wheelhouse.DEFAULT_TAG, settings=settings,
-        )  # fmt: skip
-        if house.unchecked:
-            ui.info(f"bundle: hashes NOT checked for {', '.join(house.unchecked)}")
+        carried = [name for name in house.files if _pinned(name, pins)]
+        for name in carried:
+            (Path(scratch) / name).symlink_to(folder / name)
         made = write_bundle(repro, variants, locks, out, platform, names,
                             wheelhouse=Path(scratch))  # fmt: skip
-        ui.info(f"bundle: wheelhouse/ holds {len(house.files)} files, "
-                f"{house.bytes / 2**20:.1f} MiB")  # fmt: skip
+    size = sum((folder / name).stat().st_size for name in carried)
+    ui.info(f"bundle: wheelhouse/ holds {len(carried)} files, {size / 2**20:.1f} MiB")
     return made
+
+
+def _pin(pin: str) -> tuple[str, str]:
+    name, _, version = pin.partition("==")
+    return canonicalize_name(name.split("[")[0].strip()), version.split(";")[0].strip()
+
+
+def _pinned(filename: str, pins: dict[str, str]) -> bool:
+    """Whether a wheel or sdist in the folder is one a lock pins (name and version)."""
+    try:
+        if filename.endswith(".whl"):
+            name, version, _, _ = parse_wheel_filename(filename)
+        else:
+            name, version = parse_sdist_filename(filename)
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        return False
+    return pins.get(name) == str(version)

@@ -393,9 +393,8 @@ def add(parser: argparse.ArgumentParser, *names: str) -> None:
 
 # Flags several commands spell alike for different things, so each command defines its own:
 # --out/-o (a report folder, a bundle folder, a JSON file, a YAML file), --memory (a
-# container's bound, 16g; a pod's, 32Gi), --dry-run (print the comment; print the plan),
-# --wheelhouse (install from this folder; a bundle: carry one).
-PER_COMMAND = frozenset({"--out", "-o", "--memory", "--dry-run", "--wheelhouse"})
+# container's bound, 16g; a pod's, 32Gi), --dry-run (print the comment; print the plan).
+PER_COMMAND = frozenset({"--out", "-o", "--memory", "--dry-run"})
 
 CELL = ("variant", "packages", "editables", "param", "platform", "timeout")
 SLURM_ONLY = ("partition", "gres", "time", "container_image", "container_mounts", "nodes")

@@ -178,8 +178,8 @@ def write_bundle(
         if wheelhouse is not None:  # the index's own files, each checked by its lock's hash
             (folder / WHEELHOUSE).mkdir()
             for file in sorted(wheelhouse.iterdir()):
-                if file.is_file():
-                    shutil.copy2(file, folder / WHEELHOUSE / file.name)
+                if file.is_file():  # (a link to the file: its bytes are copied)
+                    shutil.copyfile(file, folder / WHEELHOUSE / file.name)
         archive = tmp / f"{name}.tar.gz"
         _tar(folder, archive)
         for old in (out / name, out / f"{name}.tar.gz"):
