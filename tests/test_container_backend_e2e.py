@@ -271,12 +271,20 @@ def test_run_in_containers_gives_the_venv_verdicts_and_names_each_image(
         assert box[label]["runner"].startswith(f"{engine.name} localhost/reprobox/gate:")
         tag = box[label]["runner"].split()[-1]
         assert box[label]["image"] == _image_id(engine, tag)  # the record names the digest
+        # each variant's own image, though both share one lock: its label and its command
+        shown = subprocess.run(
+            [engine.name, "image", "inspect", "--format",
+             '{{index .Config.Labels "org.reprobox.variant"}} {{.Config.Env}}', tag],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert shown.startswith(f"{label} ") and f"--variant {label}" in shown, shown
         assert venv[label]["image"] == "" and "image" not in venv[label]["machine"]
         # the machine under the launch: the container's /dev/shm, not the host's
         assert box[label]["machine"]["image"] == box[label]["image"]
         assert box[label]["machine"]["dev_shm"] == "1.0 GiB"
         assert box[label]["machine"]["kernel"] == venv[label]["machine"]["kernel"]
     assert box["broken"]["verdict"] == "reproduced" and box["control"]["verdict"] == "clean"
+    assert box["broken"]["image"] != box["control"]["image"]
     assert containers(engine) == []
     # `verdict` (git bisect run's exit codes) in the same image: 1, reproduced
     said = reprobox("verdict", "gate", "--variant", "broken", "--backend", "container")
