@@ -73,16 +73,56 @@ def test_the_pipeline_finds_no_capability_at_run_time() -> None:
     assert "getattr(backend" not in (SRC / "bisect" / "prober.py").read_text()
 
 
-def test_one_factory_chooses_the_back_end() -> None:
-    """Only the factory (and the back ends that wrap one another) construct a back end."""
+def _backend_classes() -> dict[str, str]:
+    """Every back-end class under run/backends (a class with a `name` and a `launch`), by
+    name, with the module it is in: found by reading the code, so a new one is seen."""
+    found = {}
+    for path in (SRC / "run" / "backends").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            names = {
+                target.id
+                for item in node.body
+                if isinstance(item, (ast.Assign, ast.AnnAssign))
+                for target in (item.targets if isinstance(item, ast.Assign) else [item.target])
+                if isinstance(target, ast.Name)
+            }
+            methods = {item.name for item in node.body if isinstance(item, ast.FunctionDef)}
+            if "name" in names and "launch" in methods:
+                found[node.name] = path.name
+    return found
+
+
+def _constructions(path: Path, classes: set[str]) -> list[str]:
+    return [call.split()[1] for call in _calls(path, classes)]
+
+
+# A back end that wraps another builds the one it wraps (Slurm and the concurrent venv run
+# the venv's prepare); nothing else builds one outside the registry.
+WRAPPED = {("slurm.py", "VenvBackend"), ("detached.py", "VenvBackend")}
+
+
+def test_one_registry_builds_every_back_end() -> None:
+    """Every back-end class is built by the registry (run/backends/registry.py) and nowhere
+    else but inside the back ends that wrap one; every class is reachable from a kind."""
+    from reprobox.cli import options
+    from reprobox.run.backends import registry
+
+    classes = _backend_classes()
+    assert set(classes) >= {"VenvBackend", "DetachedBackend", "ContainerBackend", "SlurmBackend"}
     outside = [
-        f"{path.relative_to(SRC)}:{line}"
+        f"{path.relative_to(SRC)} builds {name}"
         for path in SRC.rglob("*.py")
-        if path.parent.name != "backends"
-        for line, text in enumerate(path.read_text().splitlines(), start=1)
-        if "VenvBackend(" in text or "DetachedBackend(" in text or "SlurmBackend(" in text
+        if path.name != "registry.py"
+        for name in _constructions(path, set(classes))
+        if (path.name, name) not in WRAPPED
     ]
     assert outside == []
+    built = set(_constructions(SRC / "run" / "backends" / "registry.py", set(classes)))
+    assert built == set(classes), f"no kind builds {sorted(set(classes) - built)}"
+    assert options.OPTIONS["backend"].choices == registry.NAMES
+    assert set(registry.NAMES) == {"venv", "container", "slurm"}
 
 
 def test_bisect_reaches_run_only_through_the_pipeline_interface_and_factory() -> None:

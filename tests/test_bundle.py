@@ -15,9 +15,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from shared_runs import SharedRun
 
 from conftest import PIP_WITHOUT_BYTECODE, newest_records, reprobox
 from reprobox.core import spec
@@ -474,3 +476,51 @@ def test_a_download_that_does_not_match_the_lock_is_6_never_a_skip(
     verdict = subprocess.run(["sh", str(made.dir / "run.sh"), "verdict", "clean"],
                              capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert verdict.returncode == 255, verdict.stderr
+
+
+# Where an index or a proxy would be, if anything tried one: nothing listens on port 9.
+CUT_OFF = "http://127.0.0.1:9"
+
+
+@pytest.mark.e2e
+def test_lm_head_rebuilds_from_its_wheelhouse_with_the_index_cut_off(
+    root: Path, tmp_path: Path, default_runs: Callable[[str], SharedRun]
+) -> None:
+    """Durability: `bundle --wheelhouse DIR` carries every file lm_head's lock installs (DIR
+    filled with them first; what else DIR holds stays out), and the
+    untarred bundle rebuilds the environment from the lock with no index (uv's cache empty,
+    every index and proxy pointed at a port nothing answers, the machine's find-links
+    gone) and gives the verdicts `reprobox run` recorded."""
+    recorded = default_runs("lm_head")
+    assert recorded.returncode == 0, recorded.stderr
+    verdicts = {k: r["verdict"] for k, r in newest_records(recorded.results, "lm_head").items()}
+    house = tmp_path / "house"
+    house.mkdir()
+    (house / "reprobox_unpinned-0.1.0-py3-none-any.whl").write_bytes(b"not pinned: never carried")
+    made = reprobox("bundle", "lm_head", "--wheelhouse", str(house), "-o",
+                    str(tmp_path / "bundle"))  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert "bundle: wheelhouse/ holds " in made.stderr, made.stderr
+    folder = _unpack(tmp_path / "bundle" / "lm_head-bundle.tar.gz", tmp_path / "unpacked")
+    carried = {p.name for p in (folder / "wheelhouse").iterdir()}
+    assert any(name.startswith("torch-") for name in carried)
+    assert "reprobox_unpinned-0.1.0-py3-none-any.whl" not in carried
+    env = {k: v for k, v in _bare_env(tmp_path, with_uv=True).items()
+           if not k.startswith(("UV_", "PIP_"))}  # fmt: skip
+    env.update({
+        "UV_INDEX_URL": f"{CUT_OFF}/simple", "PIP_INDEX_URL": f"{CUT_OFF}/simple",
+        "HTTP_PROXY": CUT_OFF, "HTTPS_PROXY": CUT_OFF, "http_proxy": CUT_OFF,
+        "https_proxy": CUT_OFF, "TORCH_CPU_LINKS": "", "UV_CACHE_DIR": str(tmp_path / "uv"),
+        "PIP_CONFIG_FILE": os.devnull,
+    })  # fmt: skip
+    ran = subprocess.run(["./run.sh", "all"], cwd=folder, env=env, capture_output=True,
+                         text=True, timeout=1200)  # fmt: skip
+    out = ran.stdout + ran.stderr
+    assert ran.returncode == 0, (
+        out
+        + (folder / "logs")
+        .joinpath(next(p.name for p in (folder / "logs").glob("install-*.log")))
+        .read_text()[-3000:]
+    )
+    table = _table(ran.stdout)
+    assert {variant: row[1] for variant, row in table.items()} == verdicts

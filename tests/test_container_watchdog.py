@@ -66,7 +66,7 @@ def sleeper_image(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[images.Engine, str]]:
     """A tiny image on the local base: /opt/venv/bin/python, and nothing else."""
-    engine = images.find_engine()
+    engine = images.find_engine(os.environ.get("REPROBOX_ENGINE") or None)
     if not engine.image_exists(BASE):
         pytest.fail(f"base image {BASE} is missing: build it with images/base/build-base.sh")
     context = tmp_path_factory.mktemp("sleeper-image")
@@ -77,7 +77,8 @@ def sleeper_image(
     )
     tag = f"localhost/reprobox-test/sleeper:{uuid.uuid4().hex[:8]}"
     pull = ["--pull=never"] if engine.name == "podman" else []
-    subprocess.run([engine.name, "build", *pull, "-t", tag, str(context)],
+    subprocess.run([engine.name, "build", *pull, "-f", str(context / "Containerfile"), "-t", tag,
+                    str(context)],
                    check=True, capture_output=True, timeout=300)  # fmt: skip
     yield engine, tag
     subprocess.run([engine.name, "rmi", "-f", tag], capture_output=True, timeout=120)

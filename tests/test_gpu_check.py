@@ -218,3 +218,43 @@ def test_a_plan_that_is_not_one_is_bad_input(tmp_path: Path, text: str, said: st
     (tmp_path / "repros" / "gpu_check.toml").write_text(text)
     with pytest.raises(gpu_check.BadInput, match=said):
         gpu_check.load_plan(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("plan", "said"),
+    [
+        ("gpu_check_containers.toml", "--backend container; GPUs: docker --gpus all, podman "
+         "--device nvidia.com/gpu=all (CDI)"),
+        ("gpu_check_pyxis.toml", "--backend slurm --gres gpu:1 --container-image "
+         "nvcr.io#nvidia/pytorch:24.05-py3; GPUs: the job's --gres"),
+    ],
+)  # fmt: skip
+def test_the_gpu_container_plans_are_prepared(plan: str, said: str) -> None:
+    """GPU containers (docker's --gpus, podman's CDI, pyxis on Slurm) are cells of plans
+    of their own; the dry run names each command and how it reaches the GPUs (no GPU here:
+    the check itself stops at its probe, as the default plan does)."""
+    cells = gpu_check.load_plan(ROOT, ROOT / "repros" / plan)
+    gpu_check.check_plan(ROOT, cells)  # every variant exists and runs on gpu
+    env = {"PATH": _path_without_nvidia_smi()}
+    done = subprocess.run(
+        [sys.executable, "-m", "reprobox", "gpu-check", "--dry-run", "--plan", f"repros/{plan}"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **env}, cwd=ROOT,
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert said in out, out
+    assert "would stop here" in out, out
+
+
+def test_a_container_cell_runs_its_image_torch_not_the_host_one() -> None:
+    [cell, _] = gpu_check.load_plan(ROOT, ROOT / "repros" / "gpu_check_containers.toml")
+    argv = gpu_check.cell_argv(cell, 100.0)
+    assert argv[:2] == ["run", "lm_head"] and argv[-2:] == ["--backend", "container"]
+    assert set(gpu_check.HOST_TORCH_ENV) == {"REPROBOX_TORCH_SOURCE", "REPROBOX_HOST_PYTHON"}
+
+
+def test_a_plan_with_an_unknown_backend_is_bad_input(tmp_path: Path) -> None:
+    plan = tmp_path / "p.toml"
+    plan.write_text('[[cell]]\nrepro = "kl"\nshare = 1\nwhy = "x"\nbackend = "k8s"\n')
+    with pytest.raises(gpu_check.BadInput, match="is not a plan"):
+        gpu_check.load_plan(tmp_path, plan)

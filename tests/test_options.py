@@ -187,7 +187,7 @@ def test_every_layer_that_takes_workers_says_what_the_parser_says(tmp_path: Path
     from reprobox.bisect.search import ThreadRunner, multisect
     from reprobox.core.errors import BadInput
     from reprobox.core.settings import Settings
-    from reprobox.run.backends import make_backend
+    from reprobox.run.backends import BackendFlags, make_backend
 
     settings = Settings.from_env({"REPROBOX_RESULTS": str(tmp_path)})
     said = "--workers: must be 1 or more, not 0"
@@ -195,7 +195,7 @@ def test_every_layer_that_takes_workers_says_what_the_parser_says(tmp_path: Path
         options.positive_int("0")
     for call in (
         lambda: Strategy(workers=0).check(),
-        lambda: make_backend(None, settings, workers=0),
+        lambda: make_backend("venv", settings, BackendFlags(workers=0)),
         lambda: multisect([1, 2], lambda item, attempt: None, workers=0),
         lambda: flaky_search([1, 2], lambda item: None, workers=0),
         lambda: ThreadRunner(lambda item, attempt: None, 0),

@@ -171,14 +171,20 @@ def test_a_back_end_without_the_hosts_torch_is_bad_input_under_host(
 
 def test_the_factory_always_gives_a_back_end(tmp_path: Path) -> None:
     from reprobox.core.errors import BadInput
-    from reprobox.run.backends import SlurmFlags, make_backend
+    from reprobox.run.backends import BackendFlags, ContainerFlags, SlurmFlags, make_backend
     from reprobox.run.backends.detached import DetachedBackend
     from reprobox.run.backends.venv import VenvBackend
 
     settings = Settings.from_env({"REPROBOX_RESULTS": str(tmp_path)})
-    assert type(make_backend(None, settings)) is VenvBackend
-    assert type(make_backend("venv", settings, workers=3)) is DetachedBackend
+    assert type(make_backend("venv", settings)) is VenvBackend
+    assert type(make_backend("venv", settings, BackendFlags(workers=3))) is DetachedBackend
     with pytest.raises(BadInput, match="--gres goes with --backend slurm"):
-        make_backend(None, settings, slurm=SlurmFlags(gres="gpu:1"))
+        make_backend("venv", settings, BackendFlags(slurm=SlurmFlags(gres="gpu:1")))
+    with pytest.raises(BadInput, match="--engine goes with --backend container"):
+        make_backend("venv", settings, BackendFlags(container=ContainerFlags(engine="docker")))
     with pytest.raises(BadInput, match="--workers: must be 1 or more, not 0"):
-        make_backend(None, settings, workers=0)
+        make_backend("venv", settings, BackendFlags(workers=0))
+    with pytest.raises(BadInput, match="--backend k8s: want one of venv, container, slurm"):
+        make_backend("k8s", settings)
+    with pytest.raises(TypeError):  # no kind is a caller's bug, never "the venv"
+        make_backend(None, settings)  # type: ignore[arg-type]

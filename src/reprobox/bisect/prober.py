@@ -41,7 +41,7 @@ from reprobox.envs import git, venvs
 from reprobox.run import pipeline
 from reprobox.run.backend import Backend
 from reprobox.run.backends import make_backend
-from reprobox.run.capabilities import canceller
+from reprobox.run.capabilities import canceller, images
 
 T = TypeVar("T")
 # A skip measured off the main thread waits this long before it is logged: a Ctrl-C at the
@@ -65,16 +65,16 @@ class ProbeFailed(ReproboxError):
 class Target:
     """What every probe runs: one variant of one repro, on one platform, with the process's
     settings (where results go and records on disk are read; the cache; torch's source),
-    where probes launch (None: the venv back end on this machine), and the other packages
-    every probe runs at (`overrides`: a version, `git+URL@REF` or a checkout's `file://`
-    path; `pin_overrides` fixes each source to one commit, named in `commits`, for a whole
-    bisect)."""
+    where probes launch (a back end, or the kind the registry builds: "venv" unless said),
+    and the other packages every probe runs at (`overrides`: a version, `git+URL@REF` or a
+    checkout's `file://` path; `pin_overrides` fixes each source to one commit, named in
+    `commits`, for a whole bisect)."""
 
     repro: Repro
     variant: str
     options: pipeline.RunOptions
     settings: Settings
-    backend: Backend | None = None
+    backend: Backend | str = "venv"
     overrides: Mapping[str, str] = field(default_factory=dict)
     commits: Mapping[str, str] = field(default_factory=dict)  # package -> sha or checkout state
     # a flaky bisect: a probe of a noisy variant is one launch, an observation (run/repeats.py)
@@ -425,7 +425,8 @@ def pipeline_probes(
     launch); the run then installs and launches against that lock, its folder under `runs`."""
     repro, options, settings = target.repro, target.options, target.settings
     platform = options.platform
-    backend: Backend = target.backend or make_backend(None, settings)  # None: the factory's
+    chosen = target.backend
+    backend = make_backend(chosen, settings) if isinstance(chosen, str) else chosen
     store = RecordStore(settings.results)
 
     def env_key(item: T) -> str:
@@ -448,8 +449,13 @@ def pipeline_probes(
         [record] = pipeline.run_cells(repro, [cell], backend, store, settings, probe_options)
         return classify(record, target.metric)
 
+    builds = images(backend)
+
     def warm(item: T) -> None:
-        pipeline.ensure_env(repro, lock_of(item), platform, settings=settings)
+        if builds is not None:  # the probe's image (built once, whichever thread asks first)
+            builds.prepare(repro, cell_of(item).on(platform), lock_of(item))
+        else:
+            pipeline.ensure_env(repro, lock_of(item), platform, settings=settings)
 
     def versions(item: T) -> dict[str, str]:
         return lock_versions(lock_of(item))

@@ -19,7 +19,7 @@ from reprobox.core.judge import Status
 from reprobox.core.records import Record, RecordStore
 from reprobox.run import pipeline
 from reprobox.run.backend import Backend
-from reprobox.run.backends import SlurmFlags, make_backend
+from reprobox.run.backends import BackendFlags, ContainerFlags, SlurmFlags, make_backend
 
 if TYPE_CHECKING:
     from reprobox.envs.index import IndexAxes, SimpleIndex
@@ -101,11 +101,22 @@ def run_options(args: argparse.Namespace) -> pipeline.RunOptions:
 
 
 def backend(args: argparse.Namespace) -> Backend:
-    """The back end the flags ask for (`make_backend` chooses; never None). --workers is
+    """The back end the flags ask for (the registry builds it; never None). --workers is
     checked where it is parsed (`options.positive_int`)."""
-    flags = SlurmFlags(**{f: getattr(args, f, None) for f in SlurmFlags.__dataclass_fields__})
-    kind, workers = getattr(args, "backend", "venv"), getattr(args, "workers", 1)
-    return make_backend(kind, options.settings(args), workers=workers, slurm=flags)
+    return make_backend(getattr(args, "backend", "venv"), options.settings(args), flags(args))
+
+
+def flags(args: argparse.Namespace) -> BackendFlags:
+    """Every back-end flag of a command, whichever kind it goes with (the registry checks
+    that each goes with the kind chosen)."""
+    slurm = SlurmFlags(**{f: getattr(args, f, None) for f in SlurmFlags.__dataclass_fields__})
+    container = ContainerFlags(
+        engine=getattr(args, "engine", None),
+        base=getattr(args, "base", None),
+        memory=getattr(args, "memory", None),
+        no_cache=getattr(args, "no_cache", False),
+    )
+    return BackendFlags(workers=getattr(args, "workers", 1), slurm=slurm, container=container)
 
 
 def run(

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from reprobox.cli import options, ui
 from reprobox.core.errors import BadInput, ExitCode, ReproboxError
@@ -35,6 +35,7 @@ from reprobox.core.judge import Status
 from reprobox.core.processes import signal_group
 from reprobox.core.protocol import Verdict
 from reprobox.run import interrupts
+from reprobox.run.backends import registry as backends
 
 BUDGET_S = 480.0  # the whole check, GPU probe included
 PROBE_S = 30.0  # kept for probing the host (nvidia-smi, importing torch)
@@ -54,6 +55,17 @@ class PlannedCell(BaseModel):
     share: float = Field(gt=0, le=1)  # of the budget left after the probe
     why: str
     may_not_test: bool = False  # cannot-test (with its reason) is an answer, not a failure
+    # where it runs: a kind of the registry (the venv with the host's torch, by default; a
+    # container runs its image's own torch, its GPUs passed as the engine passes them)
+    backend: str = "venv"
+    args: tuple[str, ...] = ()  # more flags of `reprobox run` (--engine, --container-image)
+
+    @field_validator("backend")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in backends.NAMES:
+            raise ValueError(f"backend {value!r}: want one of {', '.join(backends.NAMES)}")
+        return value
 
     def cap(self, budget: float) -> float:
         """The cell's cap when every cell before it uses its whole cap (the least it gets)."""
@@ -66,10 +78,11 @@ class Plan(BaseModel):
     cell: list[PlannedCell] = Field(min_length=1)
 
 
-def load_plan(root: Path) -> tuple[PlannedCell, ...]:
-    """The check's cells from `repros/gpu_check.toml` (the harness names no repro itself):
-    a missing or malformed plan, or shares that do not sum to 1, is bad input."""
-    path = root / PLAN_FILE
+def load_plan(root: Path, path: Path | None = None) -> tuple[PlannedCell, ...]:
+    """The check's cells from `repros/gpu_check.toml` (or `path`, `--plan`; the harness names
+    no repro itself): a missing or malformed plan, or shares that do not sum to 1, is bad
+    input."""
+    path = path or root / PLAN_FILE
     try:
         plan = Plan.model_validate(tomllib.loads(path.read_text()))
     except OSError as exc:
@@ -100,6 +113,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the prepared check of a one-GPU host: kl's 1-GPU pair and signed KL, lm_head",
     )
     options.add(parser, "wheelhouse")
+    parser.add_argument(
+        "--plan", type=Path, help="the plan to run (default: repros/gpu_check.toml; "
+        "repros/gpu_check_containers.toml: the same host's GPUs in containers)",
+    )  # fmt: skip
     parser.add_argument(
         "--out", type=Path, default=Path("gpu-check.json"), help="the JSON to write"
     )
@@ -213,11 +230,11 @@ def run_cell(
     """`reprobox run` of one planned cell under `cap` seconds of wall time: (exit, wall, log).
     Past the cap it is terminated as a cancelled job is (its ranks are killed and the cell is
     recorded as interrupted), then killed after a grace."""
-    log = logs / f"{cell.repro}-{'-'.join(cell.variants) or 'default'}.log"
-    argv = [sys.executable, "-m", "reprobox", "run", cell.repro, "--platform", "gpu",
-            "--timeout", str(max(10, int(cap - 5)))]  # fmt: skip
-    for variant in cell.variants:
-        argv += ["--variant", variant]
+    where = "" if cell.backend == "venv" else f"{cell.backend}-"
+    log = logs / f"{cell.repro}-{where}{'-'.join(cell.variants) or 'default'}.log"
+    argv = [sys.executable, "-m", "reprobox", *cell_argv(cell, cap)]
+    if cell.backend == "container":  # an image runs its own torch, never the host's
+        env = {k: v for k, v in env.items() if k not in HOST_TORCH_ENV}
     started = time.monotonic()
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -232,6 +249,31 @@ def run_cell(
                 _stop(proc)
             raise
     return code, round(time.monotonic() - started, 1), log
+
+
+HOST_TORCH_ENV = ("REPROBOX_TORCH_SOURCE", "REPROBOX_HOST_PYTHON")
+
+
+def cell_argv(cell: PlannedCell, cap: float) -> list[str]:
+    """The `reprobox` arguments of one planned cell under `cap` seconds."""
+    argv = ["run", cell.repro, "--platform", "gpu", "--timeout", str(max(10, int(cap - 5)))]
+    for variant in cell.variants:
+        argv += ["--variant", variant]
+    if cell.backend != "venv":
+        argv += ["--backend", cell.backend]
+    return [*argv, *cell.args]
+
+
+def gpu_passing(cell: PlannedCell) -> str:
+    """How a cell's launch reaches the GPUs, in words (the dry run says it)."""
+    if cell.backend == "container":
+        from reprobox.run.backends.engine import Engine
+
+        docker, podman = Engine("docker").gpu_flags(), Engine("podman").gpu_flags()
+        return f"docker {' '.join(docker)}, podman {' '.join(podman)} (CDI)"
+    if cell.backend == "slurm":
+        return "the job's --gres; with --container-image, pyxis/enroot's image"
+    return "the host's torch"
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -335,13 +377,16 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     python = host_python(settings.host_python)
     if args.budget <= PROBE_S:
         raise BadInput(f"--budget {args.budget}: more than {PROBE_S:.0f} s is needed")
-    plan = load_plan(settings.root)
+    plan = load_plan(settings.root, args.plan)
     if args.dry_run:
         check_plan(settings.root, plan)
         for cell in plan:
             what = ", ".join(cell.variants) or "default variants"
-            ui.info(f"gpu-check plan: {cell.repro} {what}: cap >= {cell.cap(args.budget)} s "
-                    f"({cell.why})")  # fmt: skip
+            cap = cell.cap(args.budget)
+            ui.info(
+                f"gpu-check plan: {cell.repro} {what}: cap >= {cap} s ({cell.why}); "
+                f"reprobox {' '.join(cell_argv(cell, cap))}; GPUs: {gpu_passing(cell)}"
+            )
         shown = "none (installs ask the index)"
         if house["path"]:
             sdists = ", ".join(house["sdists"]) or "none"

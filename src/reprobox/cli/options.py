@@ -22,6 +22,7 @@ from reprobox.core import spec, suggest
 from reprobox.core.counts import check_count
 from reprobox.core.errors import BadInput, ExitCode
 from reprobox.core.settings import Settings
+from reprobox.run.backends import registry as backends
 
 PLATFORMS = ("cpu", "gpu")
 N = TypeVar("N", int, float)
@@ -259,11 +260,9 @@ OPTIONS: dict[str, Option] = {
         Option(
             "backend",
             ("--backend",),
-            "where launches run: venv (this machine, default) "
-            "or slurm (one batch job per launch, one array job for a run of several; the "
-            "results folder and cache must be on a file system the nodes share)",
+            backends.help_text(),
             default="venv",
-            choices=("venv", "slurm"),
+            choices=backends.NAMES,
         ),
         Option("partition", ("--partition",), "slurm: the partition to submit to"),
         Option("gres", ("--gres",), "slurm: generic resources, e.g. gpu:1", metavar="GRES"),
@@ -371,8 +370,16 @@ OPTIONS: dict[str, Option] = {
         Option(
             "engine",
             ("--engine",),
-            "the container engine (default: whichever works)",
+            "container: the engine (default: REPROBOX_ENGINE, else whichever of podman and "
+            "docker works)",
             choices=("podman", "docker"),
+        ),
+        Option(
+            "base",
+            ("--base",),
+            "container: the base image the Dockerfiles build FROM (e.g. a local stand-in "
+            "for python:3.11-slim; default: REPROBOX_BASE_IMAGE, else the Dockerfile's)",
+            metavar="IMAGE",
         ),
         Option(
             "wheelhouse",
@@ -400,8 +407,9 @@ def add(parser: argparse.ArgumentParser, *names: str) -> None:
 PER_COMMAND = frozenset({"--out", "-o", "--memory", "--dry-run"})
 
 CELL = ("variant", "packages", "editables", "param", "platform", "timeout")
-BACKEND = ("backend", "partition", "gres", "time", "container_image", "container_mounts", "nodes")
-SLURM_ONLY = BACKEND[1:]
+SLURM_ONLY = ("partition", "gres", "time", "container_image", "container_mounts", "nodes")
+CONTAINER_ONLY = ("engine", "base")
+BACKEND = ("backend", *SLURM_ONLY, *CONTAINER_ONLY)
 
 
 def settings(args: argparse.Namespace) -> Settings:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from typing import Any
 
 from reprobox.cli import cells, options, tables, ui
 from reprobox.core import spec
 from reprobox.core.cells import Cell
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
-from reprobox.run import pipeline, resume
+from reprobox.run import capabilities, pipeline, resume
+from reprobox.run.backends import make_backend
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,8 +29,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     image.add_argument("repro", help="the repro whose image to build (see `reprobox list`)")
     options.add(image, *options.CELL)
     image.add_argument("--run", action="store_true", help="run the variant in the image")
-    image.add_argument("--base", help="base image (e.g. a local stand-in for python:3.11-slim)")
-    options.add(image, "ca_bundle", "engine")
+    options.add(image, "base", "ca_bundle", "engine")
     image.add_argument("--no-cache", action="store_true", help="rebuild every layer")
     image.add_argument(
         "--push",
@@ -82,37 +81,33 @@ def _resumed(
 def cmd_image(args: argparse.Namespace) -> int:
     """Build each selected cell's image; with --run, run the cells in them through the same
     pipeline (preflight, batching, judge) as venv runs."""
-    from reprobox.run.backends import container
-
     settings = options.settings(args)
     if args.ca_bundle:
         settings = replace(settings, ca_bundle=args.ca_bundle)
     repro = spec.load(settings.root, args.repro)
     selected = cells.selected(repro, args)
-    backend = container.ContainerBackend(
-        settings, container.find_engine(args.engine), base=args.base, no_cache=args.no_cache,
-        memory=args.memory,
-    )  # fmt: skip
+    backend = make_backend("container", settings, replace(cells.flags(args), workers=1))
+    images = capabilities.images(backend)
+    assert images is not None, "the container back end builds images"
     if not args.run or args.push:
         for cell in selected:
             lock = pipeline.lock_for(
                 repro, cell.variant, cell.platform, dict(cell.packages), settings=settings
             )
-            prepared = backend.prepare(repro, cell, lock)
+            prepared = images.prepare(repro, cell, lock)
             if args.push:
-                pushed = container.push(backend.engine, prepared.handle, args.push,
-                                        settings.results)  # fmt: skip
+                pushed = images.push(prepared, args.push)
                 ui.info(f"pushed {pushed.reference} ({cell.label})")
     if not args.run:
-        _say_built(backend)
+        _say_built(images)
         return 0
-    records = cells.run(repro, selected, backend, args)
-    _say_built(backend)
+    records = cells.run(repro, selected, images, args)
+    _say_built(images)
     tables.verdict_table(records, format=args.format, tally=True)
     return cells.conclude(records)
 
 
-def _say_built(backend: Any) -> None:
+def _say_built(backend: capabilities.BuildsImages) -> None:
     for tag, built, seconds in dict.fromkeys(backend.built):
         state = f"built in {seconds:.0f}s" if built else "already built"
-        ui.info(f"image {tag}: {state} ({backend.engine.name})")
+        ui.info(f"image {tag}: {state} ({backend.engine_name})")

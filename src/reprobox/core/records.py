@@ -65,6 +65,10 @@ class Record(BaseModel):
     commits: dict[str, str] = {}  # package -> the commit sha that ran (a git or checkout source)
     platform: str = "cpu"
     runner: str = "venv"  # venv, or the container engine that ran the image
+    image: str = ""  # the digest (sha256:...) of the image the cell ran in; "" for a venv
+    # the machine under the launch (run/machine.py): kernel, cpu, cpu_flags, dev_shm, gpu,
+    # driver, cuda_runtime, nccl, image, and `env NAME` for its NCCL_/CUDA_/TORCH_ variables
+    machine: dict[str, str] = {}
     torch_source: str = ""  # where torch came from (an index, local folders, the default)
     # REPROBOX_TORCH_SOURCE=host: the host's torch (version, cuda, path, python, ...)
     host_torch: dict[str, str] = {}

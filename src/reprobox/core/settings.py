@@ -55,6 +55,11 @@ class Settings:
     # where a report's artifacts are, and the step summary file comment.md is added to
     ci_run_url: str | None = None
     step_summary: Path | None = None  # GITHUB_STEP_SUMMARY
+    base_image: str | None = None  # REPROBOX_BASE_IMAGE: what the Dockerfiles build FROM
+    engine: str | None = None  # REPROBOX_ENGINE: podman | docker (None: whichever works)
+    # REPROBOX_IMAGE_DISK: the disk the harness's images may hold (bytes; a size such as 40g),
+    # pruned oldest first after each build; default 40 GiB
+    image_disk: int = 40 * 1024**3
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -85,6 +90,9 @@ class Settings:
             wheelhouse=_absolute(env, "REPROBOX_WHEELHOUSE"),
             ci_run_url=_ci_run_url(env),
             step_summary=Path(summary) if (summary := env.get("GITHUB_STEP_SUMMARY")) else None,
+            base_image=env.get("REPROBOX_BASE_IMAGE") or None,
+            engine=_choice(env, "REPROBOX_ENGINE", ENGINES) if env.get("REPROBOX_ENGINE") else None,
+            image_disk=_size(env, "REPROBOX_IMAGE_DISK", 40 * 1024**3),
         )
 
 
@@ -121,6 +129,23 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
     if not 0 < seconds < float("inf"):
         raise BadInput(f"{name}={value!r} must be a positive number of seconds")
     return seconds
+
+
+ENGINES = ("podman", "docker")
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def _size(env: Mapping[str, str], name: str, default: int) -> int:
+    """A size in bytes, written as a whole number with k, m, g or t (binary units); unset
+    is `default`."""
+    value = env.get(name)
+    if not value:
+        return default
+    text = value.strip().lower().removesuffix("ib").removesuffix("b")
+    number, unit = text.rstrip("kmgt"), text[len(text.rstrip("kmgt")) :]
+    if not number.isdigit() or len(unit) > 1 or int(number) == 0:
+        raise BadInput(f"{name}={value!r} must be a size such as 40g or 512m")
+    return int(number) * _UNITS[unit]
 
 
 def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:

@@ -58,6 +58,9 @@ class Bundle:
     scrubbed: list[str] = field(default_factory=list)  # files that held a secret, as bundled
 
 
+WHEELHOUSE = "wheelhouse"  # the bundle's folder of wheels and sdists (`bundle --wheelhouse`)
+
+
 def default_out(results: Path, name: str) -> Path:
     return results / name / BUNDLE_DIR
 
@@ -115,10 +118,14 @@ def write_bundle(
     platform: str = "cpu",
     lock_names: Mapping[str, str] | None = None,
     scrubber: Scrubber | None = None,
+    wheelhouse: Path | None = None,
 ) -> Bundle:
     """Write `out/<repro>-bundle/` and `out/<repro>-bundle.tar.gz` for `variants`, each
     installed from its lock in `locks` (the committed one, where there is one; the caller
-    resolves them). A failure leaves any earlier bundle in `out` as it was."""
+    resolves them). With `wheelhouse` (a folder of every file the locks install), the bundle
+    carries it as `wheelhouse/` and run.sh installs from it alone, no index: the same
+    environment months later, whatever the index holds then. A failure leaves any earlier
+    bundle in `out` as it was."""
     if not variants:
         raise BundleError(f"no variants to bundle for {repro.name}")
     for v in variants:
@@ -169,6 +176,11 @@ def write_bundle(
         )
         (folder / "README.md").write_text(readme)
         scrubbed = _scrub_files(folder, scrubber or Scrubber())
+        if wheelhouse is not None:  # the index's own files, each checked by its lock's hash
+            (folder / WHEELHOUSE).mkdir()
+            for file in sorted(wheelhouse.iterdir()):
+                if file.is_file():  # (a link to the file: its bytes are copied)
+                    shutil.copyfile(file, folder / WHEELHOUSE / file.name)
         _write_sums(folder)  # after scrubbing: the locks as they are shipped
         archive = tmp / f"{name}.tar.gz"
         _tar(folder, archive)

@@ -242,7 +242,11 @@ install() {{  # VARIANT: its environment, once per lock (.venv-ID/.installed mar
   log=logs/install-$(env_of "$1").log
   echo "run.sh: installing $venv for $1 (log: $log)"
   set -- "$1"
-  case " {cpus} " in *" $1 "*) [ -n "$links" ] && set -- "$1" --find-links "$links" ;; esac
+  if [ -d wheelhouse ]; then  # the bundle's own files (bundle --wheelhouse): no index at all
+    set -- "$1" --no-index --find-links "$PWD/wheelhouse"
+  else
+    case " {cpus} " in *" $1 "*) [ -n "$links" ] && set -- "$1" --find-links "$links" ;; esac
+  fi
   if ! install_into "$venv" "$@" >"$log" 2>&1; then
     echo "run.sh: installing $venv failed" >&2
     show_tail "$log"

@@ -28,6 +28,7 @@ from reprobox.report.answers import issue_ref, names
 from reprobox.report.bundle import by_hand, top_pins
 from reprobox.report.environment import Environment
 from reprobox.report.files import ReportFiles, log_dir
+from reprobox.report.machine_text import machine_table
 from reprobox.report.markdown import Section
 from reprobox.report.reproduce import pin_groups
 
@@ -309,6 +310,9 @@ class Builder:
                 missing.append(f"{names(env.absent)} (not installed)")
             if missing:
                 sections.append(Section("Reports not gathered: " + "; ".join(missing) + "."))
+        machine = machine_table(self.ran)  # kernel, CPU, GPUs, NCCL, /dev/shm, image, ...
+        if machine:
+            sections.append(Section(machine, drop=2, stub=""))
         differing = self._differing_versions()
         if differing:
             sections.append(Section(differing))

@@ -80,6 +80,10 @@ class Prepared:
     env_s: float
     handle: Handle  # the back end's own (a venv, an image)
     torch_source: str = ""  # where torch came from, in words without local paths
+    image: str = ""  # a container's image digest (sha256:...), which the record names
+    # facts of the launch's machine the back end knows better than the host (run/machine.py:
+    # a container's /dev/shm is its --shm-size, not the host's)
+    machine: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ checked here alone, so the pipeline and the prober never probe a back end with g
 - `LaunchesConcurrently`: `launch` may be called from several threads at once (each launch
   apart: its own runner process, port, process group and run folder), and `cancel_all`
   stops every launch still running when an interrupt reaches the harness.
+- `BuildsImages`: `prepare` builds an image (content-addressed by its lock, Dockerfile and
+  repro files), which `push` sends to a registry; `built` lists what it built or found.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Literal, Protocol, runtime_checkable
 from reprobox.core.errors import ReproboxError
 from reprobox.core.judge import Launched
 from reprobox.run.backend import Backend, LaunchRequest, Prepared
+from reprobox.run.pushes import Pushed
 
 
 @runtime_checkable
@@ -42,6 +45,25 @@ class LaunchesConcurrently(Backend, Protocol):
     def cancel_all(self) -> None:
         """Stop every launch this back end runs (an interrupt reached the harness)."""
         ...
+
+
+@runtime_checkable
+class BuildsImages(Backend, Protocol):
+    """A back end whose environments are images an engine builds and can push."""
+
+    built: list[tuple[str, bool, float]]  # (tag, built now rather than found, seconds)
+
+    @property
+    def engine_name(self) -> str: ...
+
+    def push(self, prepared: Prepared, registry: str) -> Pushed:
+        """Push the prepared image to `registry` and record the digest it got."""
+        ...
+
+
+def images(backend: Backend) -> BuildsImages | None:
+    """The back end as one that builds images, or None."""
+    return backend if isinstance(backend, BuildsImages) else None
 
 
 def many(backend: Backend) -> LaunchesMany | None:

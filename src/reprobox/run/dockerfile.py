@@ -39,6 +39,10 @@ RUN --mount=type=bind,source=wheels,target={build_wheels} \\
     sh /opt/reprobox/install-lock.sh
 # Declared after the install so variants sharing a lock share its (large) layer.
 ARG REPRO={name} VARIANT={variant} REPRO_COMMAND=""
+# A step that reads them: podman 4.3 (buildah) reuses a cached ENV or LABEL step whatever
+# the build arguments, and would give a variant sharing a lock another variant's labels and
+# default command; a RUN's cache key holds the arguments it sees.
+RUN echo "$REPRO $VARIANT" > /opt/reprobox/variant
 COPY --chown={uid}:{uid} repro/ {repro_dir}/
 COPY --chown={uid}:{uid} fixes/ {fixes_dir}/
 ENV PATH={venv}/bin:$PATH PYTHONPATH={fixes_dir} REPRO_RESULT={out}/result.json \\

@@ -9,6 +9,7 @@ cells it interrupted. What was measured is never deleted.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
@@ -24,7 +25,7 @@ from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
-from reprobox.run import capabilities, host_check, phases, repeats, resume
+from reprobox.run import capabilities, host_check, machine, phases, repeats, resume
 from reprobox.run.backend import Backend, Case, LaunchRequest, Prepared
 from reprobox.run.capabilities import LaunchesConcurrently, LaunchesMany
 
@@ -243,6 +244,7 @@ def _prepare(
             return
         item.record.lock_hash = item.prepared.lock_hash
         item.record.runner = item.prepared.runner
+        item.record.image = item.prepared.image
         item.record.torch_source = item.prepared.torch_source
         item.record.env_s = time.monotonic() - started
 
@@ -351,9 +353,16 @@ def _begin(
     request = _request(repro, group, options)
     command = backend.command(lead.prepared, request)
     names = backend.env_names(lead.prepared, request)  # never their values
+    found = machine.capture(
+        machine.launch_variables(names, os.environ, request.launch.env), _lock_text(lead)
+    )
+    found.update(lead.prepared.machine)  # what the back end knows better (a container's)
+    if lead.prepared.image:
+        found["image"] = lead.prepared.image
     for item in group:
         item.record.command = command
         item.record.env_names = list(names)
+        item.record.machine = dict(found)
         if item is not lead:
             item.record.batch_dir = str(lead.run_dir)
     for item in group:  # if the harness itself is killed (-9) mid-launch, this says so
@@ -362,6 +371,13 @@ def _begin(
         save(item.record)
         item.record.reason, item.record.exit_code = "", 0
     return request
+
+
+def _lock_text(item: Pending) -> str:
+    try:
+        return Path(item.record.lock).read_text() if item.record.lock else ""
+    except OSError:
+        return ""
 
 
 def launch_key(repro: Repro, item: Pending) -> Hashable:

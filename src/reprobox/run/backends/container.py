@@ -13,9 +13,11 @@ import os
 import re
 import shlex
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Literal
 
 from reprobox.core.cells import Cell
 from reprobox.core.errors import BadInput
@@ -29,21 +31,27 @@ from reprobox.run.backend import PLAN_FILE, RESULT_FILE, LaunchRequest, Prepared
 from reprobox.run.backends.engine import SHM_GIB, Engine, find_engine
 from reprobox.run.backends.images import (
     COMMITS_LABEL,
+    LOCK_LABEL,
     ImageSpec,
     build,
+    image_id,
     image_of,
     image_spec,
+    prune,
     push,
+    stored,
 )
 from reprobox.run.environments import resolve_sources
 from reprobox.run.exits import last_error, launcher_exits
 from reprobox.run.layout import CACHE, IN_IMAGE, OUT, case_out, container_argv
 from reprobox.run.logs import collect_rank_logs
+from reprobox.run.pushes import Pushed
 
 # What callers name here (the CLI, tests): the engine and the images.
 __all__ = [
-    "COMMITS_LABEL", "ContainerBackend", "Engine", "ImageSpec", "build", "check_memory",
-    "default_memory", "find_engine", "image_of", "image_spec", "push",
+    "COMMITS_LABEL", "LOCK_LABEL", "ContainerBackend", "Engine", "ImageSpec", "build",
+    "check_memory", "default_memory", "find_engine", "image_of", "image_spec", "prune", "push",
+    "stored",
 ]  # fmt: skip
 
 MEMORY_PER_PROCESS_GIB = 4  # a run's memory bound by default: per rank, plus /dev/shm
@@ -68,9 +76,12 @@ def _passed(request: LaunchRequest) -> list[str]:
 
 class ContainerBackend:
     """Runs launches inside each variant's pinned image (podman or docker), judged exactly
-    as venv runs are: the pipeline's preflight, batching and judge apply unchanged."""
+    as venv runs are: the pipeline's preflight, batching and judge apply unchanged. Safe to
+    launch from several threads at once (each launch its own container, named apart), and
+    each image is built once however many threads ask for it."""
 
     name = "container"
+    concurrent: Literal[True] = True
 
     def __init__(
         self,
@@ -81,26 +92,44 @@ class ContainerBackend:
         no_cache: bool = False,
         memory: str | None = None,
     ) -> None:
-        self.settings, self.engine, self.base, self.no_cache = settings, engine, base, no_cache
+        self.settings, self.engine, self.no_cache = settings, engine, no_cache
+        self.base = base or settings.base_image
         self.memory = check_memory(memory) if memory else None  # None: default_memory
         self.built: list[tuple[str, bool, float]] = []  # (tag, built now, seconds)
+        self._lock = threading.Lock()
+        self._building: dict[str, threading.Lock] = {}  # one build of a tag at a time
+        self._live: set[str] = set()  # the containers running now
+        self._stopping = threading.Event()
+
+    @property
+    def engine_name(self) -> str:
+        return self.engine.name
 
     def prepare(self, repro: Repro, cell: Cell, lock: Path) -> Prepared:
         _, commits = resolve_sources(dict(cell.packages), self.settings)  # resolved already
         spec = image_spec(self.settings.root, repro, cell.variant, cell.platform, lock, commits)
         logs = self.settings.results / repro.name / "_images" / spec.tag.rsplit(":", 1)[-1]
         started = time.monotonic()
-        built = build(
-            self.engine,
-            spec,
-            base=self.base,
-            ca_bundle=self.settings.ca_bundle,
-            log_dir=logs,
-            cache=self.settings.cache,
-            wheels=find_links(self.settings),
-            no_cache=self.no_cache and spec.tag not in {t for t, _, _ in self.built},
-        )
-        self.built.append((spec.tag, built, time.monotonic() - started))
+        with self._lock:
+            building = self._building.setdefault(spec.tag, threading.Lock())
+        with building:
+            built = build(
+                self.engine,
+                spec,
+                base=self.base,
+                ca_bundle=self.settings.ca_bundle,
+                log_dir=logs,
+                cache=self.settings.cache,
+                wheels=find_links(self.settings),
+                no_cache=self.no_cache and spec.tag not in {t for t, _, _ in self.built},
+            )
+            with self._lock:
+                self.built.append((spec.tag, built, time.monotonic() - started))
+            digest = image_id(self.engine, spec.tag)
+        if built:  # the disk bound (REPROBOX_IMAGE_DISK), oldest first; never this run's
+            with self._lock:
+                keep = {tag for tag, _, _ in self.built}
+            prune(self.engine, self.settings.image_disk, keep)
         return Prepared(
             key=spec.tag,
             lock=lock,
@@ -108,7 +137,22 @@ class ContainerBackend:
             runner=f"{self.engine.name} {spec.tag}",
             env_s=time.monotonic() - started,
             handle=spec,
+            image=digest,
+            machine=(("dev_shm", f"{SHM_GIB:.1f} GiB"),),  # --shm-size, not the host's
         )
+
+    def push(self, prepared: Prepared, registry: str) -> Pushed:
+        """Push the prepared image to `registry` and record the digest it got."""
+        return push(self.engine, prepared.handle, registry, self.settings.results)
+
+    def cancel_all(self) -> None:
+        """Kill and remove every container this back end runs (an interrupt reached the
+        harness); their launches then end as interrupted, never as verdicts."""
+        self._stopping.set()
+        with self._lock:
+            live = list(self._live)
+        for name in live:
+            self.engine.remove(name)
 
     def _run_argv(self, prepared: Prepared, request: LaunchRequest, name: str) -> list[str]:
         spec = image_of(prepared.handle)
@@ -151,6 +195,8 @@ class ContainerBackend:
         return sorted({argv[i + 1].split("=", 1)[0] for i, a in enumerate(argv[:-1]) if a == "-e"})
 
     def launch(self, prepared: Prepared, request: LaunchRequest) -> Launched:
+        if self._stopping.is_set():
+            raise KeyboardInterrupt
         name = f"reprobox-{uuid.uuid4().hex[:12]}"
         cmd = self._run_argv(prepared, request, name)
         log = request.log_dir / "launch.log"
@@ -166,6 +212,8 @@ class ContainerBackend:
             proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)  # fmt: skip
             guard.process(proc.pid)
+            with self._lock:
+                self._live.add(name)
             try:
                 proc.wait(timeout=request.timeout)
             except subprocess.TimeoutExpired:
@@ -181,6 +229,10 @@ class ContainerBackend:
                 # returned (CI saw the container listed after the run): remove it here too.
                 self.engine.remove(name)
                 guard.done()
+                with self._lock:
+                    self._live.discard(name)
+        if self._stopping.is_set():  # cancel_all removed it: interrupted, not a verdict
+            raise KeyboardInterrupt
         if request.preflight is not None and (request.log_dir / RESULT_FILE).is_file():
             # The preflight's /out is its own folder; its result is the cell's.
             (request.log_dir / RESULT_FILE).replace(request.lead.result)

@@ -97,7 +97,7 @@ def image_spec(
         digest.update(str(path.name).encode() + path.read_bytes())
     if ran:  # (absent otherwise: the tags of every other image stay as they were)
         digest.update(json.dumps(ran).encode())
-    tag = f"localhost/reprobox/{repro.name}:{variant}-{platform}-{digest.hexdigest()[:12]}"
+    tag = f"{TAG_PREFIX}{repro.name}:{variant}-{platform}-{digest.hexdigest()[:12]}"
     return ImageSpec(repro, variant, platform, lock, dockerfile, tag, wheels, ran)
 
 
@@ -201,7 +201,7 @@ def build(
             )  # fmt: skip
     if proc.returncode != 0:
         raise EnvError(f"image build failed: {_last_problem(log)} (log: {log})")
-    label = _inspect_label(engine, spec.tag, "org.reprobox.lock-sha256")
+    label = _inspect_label(engine, spec.tag, LOCK_LABEL)
     if label != spec.lock_sha256:
         raise EnvError(
             f"lock hash mismatch: image {spec.tag} says {label}, lock is {spec.lock_sha256}",
@@ -316,6 +316,84 @@ def _link(source: Path, dest: Path) -> None:
         os.link(source, dest)
     except OSError:
         shutil.copy2(source, dest)
+
+
+LOCK_LABEL = "org.reprobox.lock-sha256"  # every image the harness built carries it
+
+
+def image_id(engine: Engine, tag: str) -> str:
+    """The built image's own digest (`sha256:...` of its config), which the record names:
+    a tag names whatever was built last, the digest these very bytes."""
+    proc = subprocess.run([engine.name, "image", "inspect", "--format", "{{.Id}}", tag],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    found = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else ""
+    if proc.returncode != 0 or not found:
+        raise EngineError(f"{engine.name} cannot inspect the image it built ({tag})")
+    return found if found.startswith("sha256:") else f"sha256:{found}"
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One image the harness built, as the engine stores it."""
+
+    id: str
+    tags: tuple[str, ...]
+    size: int  # bytes, its layers shared with other images included
+    created: str  # the engine's timestamp, compared by its first 19 characters
+
+
+TAG_PREFIX = "localhost/reprobox/"  # every tag `image_spec` gives
+
+
+def stored(engine: Engine, prefix: str = TAG_PREFIX) -> list[Stored]:
+    """Every image the harness built (its lock label, a tag under `prefix`), oldest
+    first."""
+    listed = subprocess.run([engine.name, "images", "-q", "--no-trunc", "--filter",
+                             f"label={LOCK_LABEL}"], capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    ids = list(dict.fromkeys(listed.stdout.split()))
+    if listed.returncode != 0 or not ids:
+        return []
+    # podman 4.3 cannot render `json .Id`; a timestamp has no tab, a JSON list no tab either
+    fmt = "{{.Id}}\t{{json .RepoTags}}\t{{.Size}}\t{{.Created}}"
+    names = [ident.removeprefix("sha256:") for ident in ids]
+    proc = subprocess.run([engine.name, "image", "inspect", "--format", fmt, *names],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    found = []
+    for line in proc.stdout.splitlines():
+        try:
+            ident, tags, size, created = line.split("\t")
+            named = tuple(json.loads(tags) or ())
+            found.append(Stored(ident, named, int(size), created))
+        except (ValueError, TypeError):
+            continue
+    found = [image for image in found if any(t.startswith(prefix) for t in image.tags)]
+    return sorted(found, key=lambda image: image.created[:19].replace("T", " "))
+
+
+def prune(engine: Engine, bound: int, keep: set[str], prefix: str = TAG_PREFIX) -> list[str]:
+    """Remove the harness's images, oldest first, until their sizes add up to at most
+    `bound` bytes (a shared layer is counted in each image that holds it, so the bound is
+    never exceeded on disk); images tagged in `keep` (this run's) and images a container
+    still uses stay. The tags removed."""
+    images = stored(engine, prefix)
+    total = sum(image.size for image in images)
+    removed: list[str] = []
+    for image in images:
+        if total <= bound:
+            break
+        if keep & set(image.tags):
+            continue
+        if _quiet_rmi(engine, list(image.tags) or [image.id]):
+            total -= image.size
+            removed += list(image.tags) or [image.id]
+    return removed
+
+
+def _quiet_rmi(engine: Engine, names: list[str]) -> bool:
+    """Remove an image by all its tags (never forced: one a container uses stays)."""
+    proc = subprocess.run([engine.name, "rmi", *names], capture_output=True, timeout=300)
+    return proc.returncode == 0
 
 
 def _inspect_label(engine: Engine, tag: str, label: str) -> str:
