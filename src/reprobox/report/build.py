@@ -53,6 +53,7 @@ from reprobox.report.sections import Builder
 
 __all__ = [
     "COMMENT_LIMIT",
+    "OMITTED_DIR",
     "OMITTED_FILE",
     "Loaded",
     "Report",
@@ -61,6 +62,7 @@ __all__ = [
     "Section",
     "charted_metrics",
     "comment_text",
+    "files_line",
     "fit",
     "key_metrics",
     "load_records",
@@ -73,8 +75,11 @@ __all__ = [
 REPORT_DIR = "_report"
 MARKER = ".reprobox-report"  # marks a folder this module wrote (and may replace)
 OMITTED_FILE = "comment-omitted.json"  # the repro files the comment had no room for
+OMITTED_DIR = "files"  # their scrubbed copies, what `--post` publishes (paths relative)
 COMMENT_LIMIT = 65_000  # GitHub refuses comment bodies over 65,536 characters
 STEP_SUMMARY_LIMIT = 1_000_000  # GitHub's limit per step is 1 MiB
+# kept free for the line naming where the files left out are (`files_line`, a gist URL)
+FILES_LINK_ROOM = 1_000
 
 
 def comment_marker(name: str) -> str:
@@ -152,14 +157,30 @@ def comment_parts(
 def comment_fit(sections: list[Section], tail: str) -> list[Section]:
     """The comment's sections, image links out, shortened to fit with `tail` after them."""
     body = [replace(s, text=re.sub(r"!\[[^\]]*\]\([^)]+\)", "", s.text)) for s in sections]
-    return fit(body, COMMENT_LIMIT - len(tail))
+    return fit(body, COMMENT_LIMIT - FILES_LINK_ROOM - len(tail))
+
+
+def files_line(names: Sequence[str], url: str = "") -> str:
+    """The comment's line naming where the files it could not hold are: the secret gist
+    `--post` makes, or, until it is made, a line saying the link is still to come (a
+    comment.md posted by hand would otherwise send a maintainer nowhere)."""
+    listed = ", ".join(f"`{n}`" for n in names)
+    if url:
+        return f"*The files not shown above ({listed}) are in a secret gist: {url}*\n"
+    return (
+        f"*The files not shown above ({listed}): their link is added here when the report is "
+        "posted (`reprobox report --post`, which publishes them as a secret gist).*\n"
+    )
 
 
 def with_files_link(comment: str, url: str, names: Sequence[str]) -> str:
     """The comment, with a line saying where the files it could not hold are published
-    (before its hidden marker, which stays last)."""
-    listed = ", ".join(f"`{n}`" for n in names)
-    line = f"*The files not shown above ({listed}) are in a secret gist: {url}*\n"
+    (before its hidden marker, which stays last): it replaces the line saying the link is
+    still to come."""
+    line = files_line(names, url)
+    pending = files_line(names)
+    if pending in comment:
+        return comment.replace(pending, line)
     marker = comment.rfind("\n<!-- reprobox-report")
     if marker < 0:
         return comment.rstrip("\n") + "\n\n" + line
@@ -262,8 +283,15 @@ def write_report(
         comment_body = [*comment_head, *results, *rest, builder.footer(comment=True)]
         comment_sections = [_scrubbed(s, scrub) for s in comment_body]
         comment, fitted = comment_parts(comment_sections, scrub.text(note), comment_marker(name))
+        omitted = []
+        for shown, path in omitted_files(fitted):  # beside the report, so a CI artifact of
+            kept = Path(OMITTED_DIR) / shown  # the folder alone is enough to post it
+            (tmp / kept).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / kept).write_text(scrub.text(path.read_text()))
+            omitted.append({"name": shown, "path": kept.as_posix()})
+        if omitted:
+            comment = with_files_link(comment, "", [item["name"] for item in omitted])
         (tmp / "comment.md").write_text(comment)
-        omitted = [{"name": shown, "path": str(path)} for shown, path in omitted_files(fitted)]
         (tmp / OMITTED_FILE).write_text(json.dumps(omitted, indent=1) + "\n")
         merged = {
             "schema": RECORD_SCHEMA,
