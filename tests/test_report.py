@@ -297,7 +297,8 @@ def test_cells_that_never_ran_are_listed_apart(ppo_root: Path) -> None:
     stray = save_record(ppo_root, "broken", None, packages={"trl": "99.0.0"}, reason=why)
     stray.command, stray.exit_code = [], 2
     stray.save()
-    comment = report.write_report(ppo_root, "ppo", NO_ENV).comment.read_text()
+    asked = report.ReportOptions(collect_env=False, comment_not_run=True)
+    comment = report.write_report(ppo_root, "ppo", asked).comment.read_text()
     assert comment.startswith("**Reproduced** with ")
     assert "Not as expected" not in comment
     assert "### Not run" in comment

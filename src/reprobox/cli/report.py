@@ -57,6 +57,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "without rebuilding it from the records",
     )
     report.add_argument(
+        "--with-not-run",
+        action="store_true",
+        help="also list in comment.md the runs that measured nothing (typos, interrupts, "
+        "failed installs); report.md and report.html always list them",
+    )
+    report.add_argument(
         "--no-env",
         action="store_true",
         help="skip the environment reports (transformers env, collect_env, ...)",
@@ -95,6 +101,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         posting_to=str(target) if target else None,
         step_summary=settings.step_summary,
         ci_run_url=settings.ci_run_url,
+        comment_not_run=args.with_not_run,
     )
     with _progress() as status:
 

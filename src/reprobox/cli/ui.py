@@ -19,7 +19,7 @@ from rich.text import Text
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
-from reprobox.core.scrub import secrets_out
+from reprobox.core.scrub import Scrubber
 from reprobox.core.settings import Settings
 
 if TYPE_CHECKING:
@@ -57,13 +57,19 @@ def interactive() -> bool:
     return console.is_terminal and not _ci
 
 
+def plain(text: str) -> str:
+    """A line as the terminal shows it: no secret (CI logs are read by many) and the home
+    folder as `~` (a capture of the terminal is pasted into issues; `~/x` still opens)."""
+    return Scrubber().text(text)
+
+
 def error(message: str) -> None:
-    """The one error line; never a secret in it (CI logs are read by many)."""
-    console.print(f"reprobox: error: {secrets_out(message)}", style="red", markup=False)
+    """The one error line, as `plain`."""
+    console.print(f"reprobox: error: {plain(message)}", style="red", markup=False)
 
 
 def info(message: str) -> None:
-    console.print(message, markup=False)
+    console.print(plain(message), markup=False)
 
 
 def record_line(record: Record) -> None:
@@ -80,7 +86,7 @@ def record_line(record: Record) -> None:
     )
     if record.reason:
         line += f"  - {record.reason}"
-    console.print(secrets_out(line), style=STATUS_STYLE.get(record.status), markup=False)
+    console.print(plain(line), style=STATUS_STYLE.get(record.status), markup=False)
 
 
 def bisect_summary(summary: BisectSummary) -> None:

@@ -98,6 +98,9 @@ class ReportOptions:
     posting_to: str | None = None  # "owner/repo#N": the comment leaves out a link to it
     step_summary: Path | None = None  # $GITHUB_STEP_SUMMARY: comment.md is appended there
     ci_run_url: str | None = None  # the CI run whose artifacts hold report.html and the plots
+    # runs that measured nothing (a typo, an interrupt, an install that failed) are the
+    # reporter's business: in report.md/.html always, in comment.md only when asked
+    comment_not_run: bool = False
 
 
 @dataclass
@@ -240,6 +243,7 @@ def write_report(
     summaries, bisect_skipped = bisect_summaries(store, name)
     files = read_files(repro, loaded.records)
     builder = Builder(repro, loaded, files, summaries, options.posting_to)
+    upstream = builder if options.comment_not_run else _measured_only(builder, loaded)
     progress(f"report {name}: {len(builder.records)} cells, {len(summaries)} bisect(s)")
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -256,9 +260,9 @@ def write_report(
         head = [builder.headline(), builder.expected(), *builder.reproduction()]
         # the comment goes to a maintainer without reprobox: no hint to run it
         comment_head = [
-            builder.headline(),
-            builder.expected(),
-            *builder.reproduction(bundle_hint=False),
+            upstream.headline(),
+            upstream.expected(),
+            *upstream.reproduction(bundle_hint=False),
         ]
         results = builder.results()
         rest = [
@@ -266,6 +270,12 @@ def write_report(
             builder.problems(bisect_skipped),
             builder.bisect_details(),
             *builder.environment(env, options.collect_env),
+        ]
+        comment_rest = [
+            upstream.not_run_section(),
+            upstream.problems(bisect_skipped),
+            upstream.bisect_details(),
+            *upstream.environment(env, options.collect_env),
         ]
         report_sections = [
             builder.title(),
@@ -280,7 +290,12 @@ def write_report(
         (tmp / "report.md").write_text(report_md)
         (tmp / "report.html").write_text(html.render(report_md, tmp, repro.spec.repro.title))
         note = plot_note(len(made), options.ci_run_url)
-        comment_body = [*comment_head, *results, *rest, builder.footer(comment=True)]
+        comment_body = [
+            *comment_head,
+            *upstream.results(),
+            *comment_rest,
+            upstream.footer(comment=True),
+        ]
         comment_sections = [_scrubbed(s, scrub) for s in comment_body]
         comment, fitted = comment_parts(comment_sections, scrub.text(note), comment_marker(name))
         omitted = []
@@ -323,6 +338,17 @@ def write_report(
         skipped=[*builder.skipped, *bisect_skipped],
         not_run=len(builder.not_run),
     )
+
+
+def _measured_only(builder: Builder, loaded: Loaded) -> Builder:
+    """The report's builder without the runs that measured nothing (cells that never ran,
+    later runs after the verdict shown): what upstream reads is about the bug. A repro
+    with no measured cell at all keeps them, so the comment still says what happened."""
+    measured = [r for r in loaded.records if not not_run(r)]
+    if not measured:
+        return builder
+    kept = replace(loaded, records=measured, later=[])
+    return Builder(builder.repro, kept, builder.files, builder.summaries, builder.posting_to)
 
 
 def _scrubbed(section: Section, scrub: Scrubber) -> Section:
