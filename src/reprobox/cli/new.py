@@ -25,12 +25,13 @@ from importlib import resources
 from pathlib import Path
 
 from reprobox.cli import options, ui
-from reprobox.core import spec
+from reprobox.core import scaffold, spec
 from reprobox.core.errors import BadInput, ReproboxError
 
 NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 DEFAULT_PINS = ("torch==2.13.0", "numpy<2")
 WRAPPER = "repro.py"
+OTHER_WRAPPER = "wrapper.py"  # when the script itself is named repro.py
 
 
 def _text(name: str) -> str:
@@ -82,8 +83,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="--from: the arguments of the broken variant",
     )
     new.add_argument("--reproduced-if-error", default="AssertionError", metavar="TEXT",
-                     help="--from: a failure reproduces only when its last error line "
-                     "holds TEXT (default: AssertionError)")  # fmt: skip
+                     help="--from: a failure with a traceback reproduces only when its last "
+                     "error line holds TEXT (default: AssertionError)")  # fmt: skip
+    new.add_argument("--metric", metavar="NAME",
+                     help="--from: the metric that decides, as the script reports it (a "
+                     "last stdout line of JSON, {\"NAME\": 0.5}, or its own $REPRO_RESULT); "
+                     "default: the exit code's 0/1 as expected_failure")  # fmt: skip
+    new.add_argument("--above", type=float, default=0.0, metavar="X",
+                     help="--from --metric: reproduced when NAME > X (default 0)")  # fmt: skip
     new.set_defaults(handler=cmd_new)
 
 
@@ -96,8 +103,8 @@ def cmd_new(args: argparse.Namespace) -> int:
         raise BadInput(f"repros/{args.name} exists already; pick another name")
     pins = list(args.pins or DEFAULT_PINS)
     if args.source is None:
-        if args.fixed_with or args.fixed_args or args.broken_args:
-            raise BadInput("--fixed-with, --fixed-args and --broken-args go with --from")
+        if args.fixed_with or args.fixed_args or args.broken_args or args.metric:
+            raise BadInput("--fixed-with, --fixed-args, --broken-args and --metric go with --from")
         files = _template(args.name, pins, args.upstream)
     else:
         files = _wrapped(args, pins)
@@ -121,12 +128,13 @@ def _copied(args: argparse.Namespace) -> list[str]:
 
 
 def _toml(name: str, script: str, pins: list[str], upstream: str, launch: str,
-          rule: str, variants: str) -> str:  # fmt: skip
+          rule: str, variants: str, shown: str = "") -> str:  # fmt: skip
+    by_hand = f"\nby_hand = {json.dumps(shown)}" if shown else ""
     return f"""\
 [repro]
-title = "{name}: what goes wrong, in one line"
-upstream = {json.dumps(upstream or "https://github.com/OWNER/REPO/issues/NUMBER")}
-script = "{script}"
+title = "{name}{scaffold.TITLE}"
+upstream = {json.dumps(upstream or scaffold.UPSTREAM)}
+script = "{script}"{by_hand}
 
 [launch]
 {launch}
@@ -141,15 +149,15 @@ reproduced_if = [{rule}]
 
 
 def _template(name: str, pins: list[str], upstream: str) -> dict[str, str]:
-    variants = """
+    variants = f"""
 [variants.broken]
 expect = "reproduced"
-description = "sums the ranks' values and forgets to divide (replace with the bug)"
+description = "sums the ranks' values and forgets to divide {scaffold.HINT} the bug)"
 args = ["--divide", "0"]
 
 [variants.fixed]
 expect = "clean"
-description = "divides by the world size (replace with the fix, a pin or a flag)"
+description = "divides by the world size {scaffold.HINT} the fix, a pin or a flag)"
 """
     launch = 'launcher = "torchrun"\nprocesses = 2\ntimeout = 300'
     rule = '{ metric = "error", above = 1e-6 }'
@@ -164,8 +172,7 @@ def _wrapped(args: argparse.Namespace, pins: list[str]) -> dict[str, str]:
     source: Path = args.source
     if not source.is_file():
         raise BadInput(f"--from {source}: no such file")
-    if source.name == WRAPPER:
-        raise BadInput(f"--from {source}: rename it; {WRAPPER} is the wrapper's name")
+    wrapper_name = WRAPPER if source.name != WRAPPER else OTHER_WRAPPER  # any name will do
     if not (args.fixed_with or args.fixed_args):
         raise BadInput("a repro proves itself both ways: say how the fixed variant differs "
                        "(--fixed-with PIN or --fixed-args ARGS)")  # fmt: skip
@@ -185,13 +192,14 @@ expect = "clean"
 description = "{source.name} where it is fixed"
 {fixed}"""
     launch = 'launcher = "python"\nprocesses = 1\ntimeout = 600'
-    rule = '{ metric = "expected_failure", above = 0.5 }'
+    if args.metric:
+        rule = f"{{ metric = {json.dumps(args.metric)}, above = {args.above!r} }}"
+    else:
+        rule = '{ metric = "expected_failure", above = 0.5 }'
     wrapper = (
         _text("wrapper.py.tmpl")
         .replace("@SCRIPT@", json.dumps(source.name))
         .replace("@EXPECTED@", json.dumps(args.reproduced_if_error))
     )
-    return {
-        "repro.toml": _toml(args.name, WRAPPER, pins, args.upstream, launch, rule, variants),
-        WRAPPER: wrapper,
-    }
+    toml = _toml(args.name, wrapper_name, pins, args.upstream, launch, rule, variants, source.name)
+    return {"repro.toml": toml, wrapper_name: wrapper}

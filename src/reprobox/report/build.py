@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from reprobox.core import spec
+from reprobox.core import scaffold, spec
 from reprobox.core.errors import BadInput
 from reprobox.core.records import RECORD_SCHEMA, RecordStore
 from reprobox.report import html, plots
@@ -235,6 +235,12 @@ def write_report(
 ) -> Report:
     """Build the report of `name` from the records on disk and swap it into its folder."""
     repro = spec.load(root, name)
+    left = scaffold.placeholders(repro.spec)
+    if left:
+        raise ReportError(
+            f"repros/{name}/repro.toml still holds what `reprobox new` wrote ({', '.join(left)}); "
+            "say what the bug is and where it is reported before reporting it"
+        )
     store = RecordStore(options.results or root / "results")
     out = (options.out or default_out(store.base, name)).absolute()
     _check_out(out)

@@ -157,15 +157,23 @@ class Builder:
         lines = pin_groups(
             variants,
             self._pins,
-            lambda v: by_hand(self.repro, v).line(),
+            lambda v: by_hand(self.repro, v, person=True).line(),
             lambda v: self.repro.variant(v).expect.value,
             late=self.repro.spec.env.no_build_isolation,
         )
+        fixed = any(self.repro.variant(v).fix for v in variants)
         intro = (
-            "On CPU: save the files below beside each other (fixes under `fixes/`), then run "
-            "the block. Each set of pins gets its own fresh venv, so every variant runs on its "
-            "own releases. The script prints its verdict and exits 1 when it reproduces, 0 "
-            "when clean, 125 when it cannot test here."
+            "On CPU: save the files below beside each other"
+            + (" (fixes under `fixes/`)" if fixed else "")
+            + ", then run the block. "
+            + (
+                "Each set of pins gets its own fresh venv, so every variant runs on its own "
+                "releases. "
+                if len({tuple(self._pins(v)) for v in variants}) > 1
+                else ""
+            )
+            + "The script exits 1 when it reproduces, 0 when clean, 125 when it cannot test "
+            "here."
         )
         sections = [Section(f"### Reproduction\n\n{intro}\n\n" + md.fence("\n".join(lines), "sh"))]
         sections += self.code(self.needed_files(variants, shown))
@@ -187,12 +195,15 @@ class Builder:
         script's static import closure (`closure`); the configs they name, their fixes."""
         launches = [self.repro.launch(v) for v in variants if v in self.repro.spec.variants]
         fixes = {self.repro.variant(v).fix or "" for v in variants if v in self.repro.spec.variants}
-        roots = [self.repro.spec.repro.script, *(f"fixes/{f}.py" for f in sorted(fixes) if f)]
+        script = self.repro.spec.repro.by_hand or self.repro.spec.repro.script
+        roots = [script, *(f"fixes/{f}.py" for f in sorted(fixes) if f)]
         configs = [launch.config for launch in launches if launch.config]
         files = {f.shown: f.text for f in self.files.sources}
         read = {v: [n for r in shown if r.variant == v for n in r.files_read] for v in variants}
         if all(read.values()):
             wanted = {*roots, *configs, *(n for names in read.values() for n in names)}
+            if script != self.repro.spec.repro.script:  # the harness's wrapper: not shown
+                wanted.discard(self.repro.spec.repro.script)
             return [name for name in files if name in wanted]
         return closure.needed(files, roots, configs)
 
