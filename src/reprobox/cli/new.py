@@ -4,12 +4,14 @@ Without `--from`: a two-rank torchrun script that speaks the protocol (result fi
 codes) around one `measure()` to replace, with a broken and a fixed variant that already
 differ, so the first `reprobox run NAME` shows the loop working before any edit.
 
-With `--from`: the user's own script, copied beside a small wrapper that runs it as a
-maintainer would (`python SCRIPT ARGS`) and turns its outcome into a verdict: exit 0 is
-clean, a failure whose last error line names `--reproduced-if-error` is reproduced, and any
-other failure is an error, never a verdict (a crash is not the bug). A repro proves itself
-both ways, so the fixed variant must be named: other pins (`--fixed-with`) or other
-arguments (`--fixed-args`).
+With `--from`: the user's own script (any name), copied beside a small wrapper that runs it
+as a maintainer would (`python SCRIPT ARGS`) and keeps its contract: exit 0 clean, 1
+reproduced, 125 cannot test, any other exit an error, and a traceback whose last line does
+not name `--reproduced-if-error` a crash (an error, never a verdict). `--metric` makes the
+number the script reports decide. A repro proves itself both ways, so the fixed variant
+must be named: other pins (`--fixed-with`) or other arguments (`--fixed-args`). The title,
+the upstream link and the template's descriptions are `core.scaffold`'s placeholders, which
+`report` refuses until they are replaced.
 
 The files are written from templates, then loaded back with `spec.load`: a scaffold the
 harness would refuse is never left on disk. `cli.main` adds the command with `register`."""
