@@ -5,9 +5,10 @@ A script may pick a module by the release it runs against (kl imports `gen_old` 
 the shown commands need. The venv back end puts a `sitecustomize` of the harness's own on
 the launched processes' PYTHONPATH (after the fixes; it is no module of reprobox, and the
 script never imports it): each process notes every file under the repro's folder or
-`fixes/` it opened (an audit hook on `open`: configs, data) and every module it imported
-from there, and writes them at exit to its own file in the run folder. A process killed
-before exiting writes nothing, so an empty answer means "not known", never "none".
+`fixes/` it opens (an audit hook on `open`: configs, data, and the modules it imports, as
+their source or their bytecode cache), line by line to its own file in the run folder, so
+a rank that ends with `os._exit` (no atexit) or is killed has noted what it read so far.
+An empty answer means "not known" (another back end, an older record), never "none".
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ FOLDER = "files-read"  # in the launch's run folder
 HOOK = '''\
 """Written by reprobox: notes which files of the repro under test this process reads (the
 repro's report shows exactly those). Inert unless REPROBOX_READ_LOG is set."""
-import atexit as _atexit
 import os as _os
 import sys as _sys
 
@@ -36,26 +36,25 @@ def _reprobox_note_reads():
     if not out or not roots:
         return
     seen = set()
+    log = []
 
     def hook(event, args):
-        if event == "open" and args and isinstance(args[0], str) and args[0].startswith(roots):
-            seen.add(args[0])
-
-    _sys.addaudithook(hook)
-
-    def write():
-        for module in list(_sys.modules.values()):
-            path = getattr(module, "__file__", None)
-            if isinstance(path, str) and path.startswith(roots):
-                seen.add(path)
-        try:
-            _os.makedirs(out, exist_ok=True)
-            with open(_os.path.join(out, "%d.txt" % _os.getpid()), "w") as handle:
-                handle.write("\\n".join(sorted(seen)) + "\\n")
+        if event != "open" or not args or not isinstance(args[0], str):
+            return
+        path = args[0]
+        if not path.startswith(roots) or path in seen:
+            return
+        seen.add(path)
+        try:  # at once, line by line: a script may end with os._exit (no atexit)
+            if not log:
+                _os.makedirs(out, exist_ok=True)
+                log.append(open(_os.path.join(out, "%d.txt" % _os.getpid()), "a"))
+            log[0].write(path + "\\n")
+            log[0].flush()
         except OSError:
             pass
 
-    _atexit.register(write)
+    _sys.addaudithook(hook)
 
 
 _reprobox_note_reads()
@@ -107,10 +106,12 @@ def files_read(run_dir: Path, repro_dir: Path, fixes_dir: Path) -> list[str]:
 
 
 def _shown(path: Path, repro_dir: Path, fixes_dir: Path) -> str:
+    if path.parent.name == "__pycache__":  # a module loaded from its bytecode cache
+        path = path.parent.parent / (path.name.split(".", 1)[0] + ".py")
     for base, prefix in ((repro_dir, ""), (fixes_dir, "fixes/")):
         if path.is_relative_to(base):
             relative = path.relative_to(base)
-            if relative.parts[0] in ("__pycache__", "locks") or "__pycache__" in relative.parts:
+            if relative.parts[0] == "locks":
                 return ""
             return prefix + relative.as_posix()
     return ""
