@@ -905,3 +905,23 @@ def test_as_built_without_a_report_is_one_line(
     args = _parse("report", "ppo", "--as-built")
     with pytest.raises(BadInput, match="--as-built goes with --post"):
         args.handler(args)
+
+
+def test_one_matrix_cell_and_the_upstream_paragraph(ppo_root: Path) -> None:
+    """ "Matrix: 1 cell", not "1 cells"; the upstream line and the fixes line are two
+    paragraphs (markdown joins adjacent lines: the link ran into its sources)."""
+    toml = ppo_root / "repros" / "ppo" / "repro.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            'script = "ppo.py"',
+            'script = "ppo.py"\nfix_links = ["https://example.invalid/pull/2"]',
+        )
+    )
+    wanted = report.ReportOptions(collect_env=False, only=("broken?trl=0.7.1?",))
+    made = report.write_report(ppo_root, "ppo", wanted)
+    text = made.markdown.read_text()
+    assert "<summary>Matrix: 1 cell</summary>" in text
+    assert (
+        "Upstream: https://example.invalid/issues/1\n\n"
+        "Fixes and related: https://example.invalid/pull/2\n"
+    ) in text

@@ -116,7 +116,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         ui.info(f"reprobox: warning: skipped {skipped}")
     extra = f", {report.not_run} not run" if report.not_run else ""
     ui.info(
-        f"report: {report.markdown} ({report.records} cells{extra}, {len(report.plots)} plots); "
+        f"report: {report.markdown} ({_count(report.records, 'cell')}{extra}, "
+        f"{_count(len(report.plots), 'plot')}); "
         f"comment: {report.comment}; html: {report.html}"
     )
     left = [item["name"] for item in _omitted(report)]
@@ -127,6 +128,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             "publishes them as a secret gist and links it in the comment"
         )
     return _post(args, target, report) if target is not None else 0
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _built(args: argparse.Namespace, results: Path) -> Any:

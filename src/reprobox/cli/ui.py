@@ -11,6 +11,7 @@ progress lines live in `cli.progress`, tables in `cli.tables` (both named here t
 from __future__ import annotations
 
 import os
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -86,7 +87,22 @@ def record_line(record: Record) -> None:
     )
     if record.reason:
         line += f"  - {record.reason}"
-    console.print(plain(line), style=STATUS_STYLE.get(record.status), markup=False)
+    line = plain(line)
+    if console.is_terminal:  # the terminal would cut a word where the line meets its edge
+        line = words_to_width(line, console.width)
+    console.print(line, style=STATUS_STYLE.get(record.status), markup=False)
+
+
+def words_to_width(line: str, width: int) -> str:
+    """`line` broken between words to `width` columns, the rest indented: a token longer
+    than the width (a path) stays whole on a line of its own."""
+    return textwrap.fill(
+        line,
+        width=max(width, 20),
+        subsequent_indent="    ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def bisect_summary(summary: BisectSummary) -> None:

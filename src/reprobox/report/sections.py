@@ -359,8 +359,8 @@ class Builder:
     def title(self) -> Section:
         s = self.repro.spec.repro
         lines = [f"# {md.text(s.title)}", "", f"Upstream: {s.upstream}"]
-        if s.fix_links:
-            lines.append("Fixes and related: " + ", ".join(s.fix_links))
+        if s.fix_links:  # a paragraph of its own: markdown joins adjacent lines into one
+            lines += ["", "Fixes and related: " + ", ".join(s.fix_links)]
         return Section("\n".join(lines))
 
     def plots_section(self, made: Sequence[tuple[str, Path]], out: Path) -> Section:
