@@ -925,3 +925,24 @@ def test_one_matrix_cell_and_the_upstream_paragraph(ppo_root: Path) -> None:
         "Upstream: https://example.invalid/issues/1\n\n"
         "Fixes and related: https://example.invalid/pull/2\n"
     ) in text
+
+
+def test_a_bisect_the_affected_line_already_answers_is_not_said_twice(ppo_root: Path) -> None:
+    """A sweep and then a release bisect of the same configuration: the "Affected" line says
+    "fixed in 0.7.2" with the compare link; the bisect's own line would say it again."""
+    _bisect_summary(
+        ppo_root, kind="sweep", status="mapped", range=">=0.4.7,<=0.7.2",
+        affected=">=0.4.7,<0.7.2", events=[{"introduced": "0.4.7"}, {"fixed": "0.7.2"}],
+    )  # fmt: skip
+    sweep = results_dir(ppo_root) / "ppo" / "_bisect" / "20261130T000000-abc" / "summary.json"
+    release = json.loads(sweep.read_text())
+    for key in ("kind", "range", "affected", "events"):
+        release.pop(key)
+    release["status"] = "found"
+    later = sweep.parent.with_name("20261130T010000-def")
+    later.mkdir()
+    (later / "summary.json").write_text(json.dumps(release))
+    comment = report.write_report(ppo_root, "ppo", NO_ENV).comment.read_text()
+    head = comment.split("### Expected behavior")[0]
+    assert head.count("compare/v0.7.1...v0.7.2") == 1, head
+    assert head.startswith("**Affected:** trl") and "**Fixed in trl 0.7.2:**" not in head
