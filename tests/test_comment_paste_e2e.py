@@ -9,8 +9,10 @@ pip's own configuration (PIP_NO_INDEX, PIP_FIND_LINKS; no bytecode at install, a
 wheelhouse of the repro's locked wheels, torch's CPU wheel included (the PyTorch CPU index
 the block names cannot be reached from here), downloaded once by `reprobox wheelhouse` into
 the harness's cache, so pip resolves the block's pins and installs them into each fresh venv
-with no network; and the files a comment has no room for (kl's) are copied from the report
-folder, standing in for the secret gist `report --post` links. The harness's verdicts are
+with no network; and the files a comment has no room for (kl's `gen_old.py`: the comment
+holds what the shown runs read, and even that passes GitHub's 65,536 characters) are copied
+from the report folder's `files/`, standing in for the secret gist `report --post` makes and
+links (the comment names each and its place). The harness's verdicts are
 those of the session's shared default run (`default_runs`, checked in test_repros_e2e).
 """
 
