@@ -121,8 +121,12 @@ def _join(sections: Sequence[Section]) -> str:
 
 
 def fit(sections: list[Section], limit: int) -> list[Section]:
-    """Shorten the droppable sections, least essential first, until the text fits `limit`."""
+    """Shorten the droppable sections, least essential first, until the text fits `limit`;
+    then put back, in the order they went, those that fit again (an environment report
+    dropped before a needed file made the room)."""
+    original = list(sections)
     sections = list(sections)
+    dropped: list[int] = []
     for level in sorted({s.drop for s in sections if s.drop > 0}, reverse=True):
         # within a level the largest goes first, one at a time: a small file a shown command
         # needs (a launcher config) stays inline while a big one makes the room
@@ -132,8 +136,16 @@ def fit(sections: list[Section], limit: int) -> list[Section]:
         )
         for i in order:
             if len(_join(sections)) <= limit:
-                return sections
+                break
             sections[i] = replace(sections[i], text=sections[i].stub, stub="", omitted=True)
+            dropped.append(i)
+        if len(_join(sections)) <= limit:
+            break
+    for i in dropped[:-1]:  # the last one dropped is the one that made it fit
+        kept = sections[i]
+        sections[i] = original[i]
+        if len(_join(sections)) > limit:
+            sections[i] = kept
     return sections
 
 
