@@ -9,8 +9,10 @@ pip's own configuration (PIP_NO_INDEX, PIP_FIND_LINKS; no bytecode at install, a
 wheelhouse of the repro's locked wheels, torch's CPU wheel included (the PyTorch CPU index
 the block names cannot be reached from here), downloaded once by `reprobox wheelhouse` into
 the harness's cache, so pip resolves the block's pins and installs them into each fresh venv
-with no network; and the files a comment has no room for (kl's) are copied from the report
-folder, standing in for the secret gist `report --post` links. The harness's verdicts are
+with no network; and the files a comment has no room for (kl's `gen_old.py`: the comment
+holds what the shown runs read, and even that passes GitHub's 65,536 characters) are copied
+from the report folder's `files/`, standing in for the secret gist `report --post` makes and
+links (the comment names each and its place). The harness's verdicts are
 those of the session's shared default run (`default_runs`, checked in test_repros_e2e).
 """
 
@@ -39,7 +41,7 @@ _EXPECT = re.compile(r"^(.*\S)\s+# expect: (\w+)$")
 CODES = {"reproduced": 1, "clean": 0, "cannot_test": 125}
 
 
-def _paste(comment: str, into: Path, omitted: list[dict[str, str]]) -> str:
+def _paste(comment: str, into: Path, omitted: list[dict[str, str]], report: Path) -> str:
     """Write the comment's files under `into`; the block, each launcher line followed by
     an echo of its status."""
     files = _FILE.findall(comment)
@@ -51,7 +53,7 @@ def _paste(comment: str, into: Path, omitted: list[dict[str, str]]) -> str:
     for item in omitted:  # the gist's files
         path = into / item["name"]
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(Path(item["path"]).read_text())
+        path.write_text((report / item["path"]).read_text())
     block = _BLOCK.search(comment)
     assert block, "the comment holds no reproduction block"
     lines = []
@@ -87,7 +89,10 @@ def test_the_pasted_comment_gives_the_harness_verdicts(
     folder.mkdir()
     omitted = json.loads((tmp_path / "report" / "comment-omitted.json").read_text())
     assert repro == "kl" or not omitted  # lm_head's and shuffle_seed's files all fit
-    script = _paste(comment, folder, omitted)
+    where = [line for line in comment.splitlines() if line.startswith("*The files not shown")]
+    for item in omitted:  # each has its stub and its place: the link line --post fills in
+        assert f"*`{item['name']}` (" in comment and f"`{item['name']}`" in where[0]
+    script = _paste(comment, folder, omitted, tmp_path / "report")
     env = {
         k: v
         for k, v in os.environ.items()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from test_report import NO_ENV, ppo_root, results_dir, save_record
 
 __all__ = ["ppo_root"]  # the fixture, shared with test_report
@@ -51,7 +52,8 @@ def test_the_store_keeps_the_newest_measured_record_and_lists_later_ones(
 
 def test_an_interrupted_run_never_flips_the_report_headline(ppo_root: Path) -> None:
     _interrupted(ppo_root, "broken")
-    comment = report.write_report(ppo_root, "ppo", NO_ENV).comment.read_text()
+    asked = report.ReportOptions(collect_env=False, comment_not_run=True)
+    comment = report.write_report(ppo_root, "ppo", asked).comment.read_text()
     assert comment.startswith("**Reproduced** with torch 2.13.0+cpu, trl 0.7.1"), comment
     headline = comment.split("\n\n")[0]
     assert "Measured at 2026-11-30T00:00:00Z; 1 later run measured nothing" in headline
@@ -60,6 +62,28 @@ def test_an_interrupted_run_never_flips_the_report_headline(ppo_root: Path) -> N
         f"- `broken` at {LATER}: interrupted (the verdict shown was measured at "
         "2026-11-30T00:00:00Z)"
     ) in comment
+
+
+def test_runs_that_measured_nothing_stay_out_of_the_comment_unless_asked(
+    ppo_root: Path,
+) -> None:
+    """A typo (--with a release that does not exist) and four Ctrl-Cs are the reporter's
+    business: report.md lists them, comment.md (what upstream reads) does not."""
+    for minute in range(1, 5):
+        _interrupted(ppo_root, "broken", started=f"2026-11-30T01:0{minute}:00Z")
+    typo = save_record(
+        ppo_root, "broken", None, packages={"trl": "9.9.9"},
+        reason="cannot resolve trl==9.9.9; see ~/.cache/reprobox/logs/uv-resolve-1.log",
+    )  # fmt: skip
+    typo.command, typo.exit_code = [], int(ExitCode.ENV_FAILED)
+    typo.save()
+    made = report.write_report(ppo_root, "ppo", NO_ENV)
+    comment, full = made.comment.read_text(), made.markdown.read_text()
+    for said in ("measured nothing", "### Not run", "9.9.9", "uv-resolve", "interrupted"):
+        assert said not in comment, said
+        assert said in full, said
+    assert comment.startswith("**Reproduced** with torch 2.13.0+cpu, trl 0.7.1")
+    assert "): 6 cells, generated" in comment and ": 7 cells, generated" in full  # the typo
 
 
 def test_the_table_shows_when_and_exits_by_the_measured_verdicts(ppo_root: Path) -> None:
@@ -137,3 +161,23 @@ def test_a_release_measured_both_ways_claims_nothing_next_to_it(ppo_root: Path) 
     assert "fixed after 0.6.0, at or before 0.7.2" in first
     assert "**Not certain:** 0.7.1 gave clean (sweep 20261130T000000-odd) and reproduced" in first
     assert "(cell broken)" in first and "(cell broken\\[trl=0.7.1\\])" in first
+
+
+def test_the_terminal_shows_the_home_folder_as_tilde(
+    ppo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/cli.md: error lines are scrubbed; a terminal capture pasted into an issue names
+    no folder of the reporter's machine (the report's own lines neither)."""
+    home = tmp_path / "home" / "someone"
+    (home / "notes").mkdir(parents=True)
+    (home / "notes" / "x.txt").write_text("mine\n")
+    monkeypatch.setenv("HOME", str(home))
+    refused = reprobox("report", "ppo", "--no-env", "--out", str(home / "notes"))
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        "reprobox: error: ~/notes exists and is not a reprobox report; choose another --out"
+    )
+    made = reprobox("report", "ppo", "--no-env", "--out", str(home / "report"))
+    assert made.returncode == 0, made.stderr
+    assert str(home) not in made.stdout + made.stderr
+    assert "comment: ~/report/comment.md" in made.stderr

@@ -94,3 +94,79 @@ def test_a_wrapped_script_reproduces_and_its_crash_is_never_a_verdict(
     records = newest_records(scratch_root / "results", "crash_bug")
     broken = next(r for r in records.values() if r["variant"] == "broken")
     assert broken["status"] == "error" and broken["verdict"] is None, broken
+
+
+METRIC_SCRIPT = """\
+import json
+import sys
+from pathlib import Path
+
+if (Path(__file__).parent / "skip").exists():
+    print("needs two GPUs; this host has none")
+    sys.exit(125)
+fixed = "--fixed" in sys.argv
+values = [1.0, 2.0, 3.0]
+mean = sum(values) / (len(values) if fixed else 2)
+print(json.dumps({"mean_error": abs(mean - 2.0)}))
+sys.exit(0 if fixed else 1)
+"""
+
+
+@pytest.mark.e2e
+def test_a_wrapped_script_keeps_its_contract_its_metric_and_its_name(
+    scratch_root: Path, tmp_path: Path
+) -> None:
+    """`new --from repro.py`: any name will do; the script's own exit 0/1/125 passes
+    through (125 stays cannot-test for `verdict`), its reported number decides; the report
+    shows `python repro.py` as a person runs it, once the scaffold's title is replaced."""
+    script = tmp_path / "repro.py"
+    script.write_text(METRIC_SCRIPT)
+    made = reprobox(
+        "new", "metric_bug", "--from", str(script), "--fixed-args=--fixed",
+        "--metric", "mean_error", "--above", "1e-9",
+        "--upstream", "https://github.com/example/project/issues/7",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    folder = scratch_root / "repros" / "metric_bug"
+    assert sorted(p.name for p in folder.iterdir()) == ["repro.py", "repro.toml", "wrapper.py"]
+    done = reprobox("run", "metric_bug", timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = {
+        r["variant"]: r for r in newest_records(scratch_root / "results", "metric_bug").values()
+    }
+    assert records["broken"]["verdict"] == "reproduced" and records["fixed"]["verdict"] == "clean"
+    assert records["broken"]["metrics"]["mean_error"] == 1.0  # the script's number, not 0/1
+    assert records["broken"]["decided_by"] == ["mean_error"]
+
+    refused = reprobox("report", "metric_bug", "--no-env")
+    assert refused.returncode == ExitCode.BAD_INPUT
+    assert refused.stderr.strip() == (
+        "reprobox: error: repros/metric_bug/repro.toml still holds what `reprobox new` wrote "
+        "(repro.title); say what the bug is and where it is reported before reporting it"
+    )
+    toml = folder / "repro.toml"
+    toml.write_text(
+        toml.read_text().replace(": what goes wrong, in one line", ": mean off by 1.5x")
+    )
+    reported = reprobox("report", "metric_bug", "--no-env")
+    assert reported.returncode == 0, reported.stderr
+    comment = (scratch_root / "results" / "metric_bug" / "_report" / "comment.md").read_text()
+    assert "python repro.py   # expect: reproduced" in comment
+    assert "python repro.py --fixed   # expect: clean" in comment
+    assert "wrapper.py" not in comment and "fixes/" not in comment
+    (folder / "skip").write_text("")  # the script's own 125 stays cannot-test
+    skipped = reprobox("verdict", "metric_bug", "--variant", "broken", timeout=900)
+    assert skipped.returncode == 125, skipped.stdout + skipped.stderr
+
+
+def test_a_template_nobody_edited_is_not_reported(scratch_root: Path) -> None:
+    assert reprobox("new", "untouched").returncode == 0
+    refused = reprobox("report", "untouched", "--no-env")
+    assert refused.returncode == ExitCode.BAD_INPUT
+    [line] = refused.stderr.splitlines()
+    assert line == (
+        "reprobox: error: repros/untouched/repro.toml still holds what `reprobox new` wrote "
+        "(repro.title, repro.upstream, variants.broken.description, "
+        "variants.fixed.description); say what the bug is and where it is reported before "
+        "reporting it"
+    )

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from reprobox.cli.tables import fit_columns, tally_line
+from reprobox.cli.tables import fit_columns, tally_line, verdict_rows
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
@@ -112,3 +112,13 @@ def test_the_tally_says_what_missed_and_what_it_gave() -> None:
         "lm_head d gave cannot test (expected clean)"
     )
     assert tally_line([]) == "no verdicts"
+
+
+def test_cells_of_one_launch_say_they_share_its_time() -> None:
+    """A batch's cells carry the launch's wall time and start: the table says "one launch
+    of N" beside it instead of showing it as each cell's own."""
+    lead = _record("broken", "reproduced", "reproduced", Status.MATCH, dir="/r/a")
+    batched = _record("fixed", "clean", "clean", Status.MATCH, dir="/r/b", batch_dir="/r/a")
+    alone = _record("untied", "clean", "clean", Status.MATCH, dir="/r/c")
+    walls = [row[-1] for row in verdict_rows([lead, batched, alone])]
+    assert walls == ["12.2 (one launch of 2)", "12.2 (one launch of 2)", "12.2"]

@@ -7,6 +7,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +19,7 @@ from reprobox.core.errors import BadInput
 from reprobox.core.judge import Status
 from reprobox.core.records import Record, RecordStore
 from reprobox.report import build as report
-from reprobox.report import plots
+from reprobox.report import export, plots
 
 FAKE_TOML = """\
 [repro]
@@ -296,7 +297,8 @@ def test_cells_that_never_ran_are_listed_apart(ppo_root: Path) -> None:
     stray = save_record(ppo_root, "broken", None, packages={"trl": "99.0.0"}, reason=why)
     stray.command, stray.exit_code = [], 2
     stray.save()
-    comment = report.write_report(ppo_root, "ppo", NO_ENV).comment.read_text()
+    asked = report.ReportOptions(collect_env=False, comment_not_run=True)
+    comment = report.write_report(ppo_root, "ppo", asked).comment.read_text()
     assert comment.startswith("**Reproduced** with ")
     assert "Not as expected" not in comment
     assert "### Not run" in comment
@@ -766,6 +768,7 @@ def test_post_publishes_the_files_the_comment_cannot_hold_as_a_secret_gist(
     token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
     big = ppo_root / "repros" / "ppo" / "big_helper.py"
     big.write_text(f'TOKEN = "{token}"\n' + "# padding\n" * 7000)
+    _imports(ppo_root, "big_helper")
     (ppo_root / "repros" / "ppo" / "zero.yaml").write_text("zero_stage: 2\n")
     monkeypatch.setenv("PATH", f"{_fake_gh(tmp_path)}{os.pathsep}{os.environ['PATH']}")
     args = _parse("report", "ppo", "--no-env", "--post", "o/r#5")
@@ -786,11 +789,160 @@ def test_post_publishes_the_files_the_comment_cannot_hold_as_a_secret_gist(
     assert comment.rstrip().endswith("<!-- reprobox-report: ppo -->")
 
 
-def test_without_post_the_comment_names_what_it_leaves_out(ppo_root: Path) -> None:
+def _imports(root: Path, module: str) -> None:
+    """The fake script imports `module` (so a pasted comment needs it)."""
+    script = root / "repros" / "ppo" / "ppo.py"
+    script.write_text(script.read_text() + f"import {module}\n")
+
+
+def test_without_post_the_comment_names_what_it_leaves_out(
+    ppo_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file the script imports and the comment has no room for: the comment says where it
+    will be, the terminal says the comment does not run as written, and a copy waits
+    beside the report (what `--post` publishes, also from a CI artifact)."""
     (ppo_root / "repros" / "ppo" / "big_helper.py").write_text("# padding\n" * 7000)
+    _imports(ppo_root, "big_helper")
     args = _parse("report", "ppo", "--no-env")
     assert args.handler(args) == 0
     report = results_dir(ppo_root) / "ppo" / "_report"
     comment = (report / "comment.md").read_text()
     assert "*`big_helper.py` (7000 lines, 70,000 characters) is not shown" in comment
-    assert json.loads((report / "comment-omitted.json").read_text())[0]["name"] == "big_helper.py"
+    assert "*The files not shown above (`big_helper.py`): their link is added here" in comment
+    left = json.loads((report / "comment-omitted.json").read_text())
+    assert left == [{"name": "big_helper.py", "path": "files/big_helper.py"}]
+    assert (report / "files" / "big_helper.py").read_text() == "# padding\n" * 7000
+    err = capsys.readouterr().err
+    assert "reprobox: warning: comment.md has no room for big_helper.py" in " ".join(err.split())
+
+
+def test_a_file_no_shown_command_needs_is_not_in_the_comment(ppo_root: Path) -> None:
+    """The comment holds the script's import closure and the configs its commands name:
+    a helper nothing imports and a config no shown variant launches with stay out; a
+    module named only inside importlib.import_module(...) and a data file named as a
+    string are in."""
+    folder = ppo_root / "repros" / "ppo"
+    (folder / "unused_helper.py").write_text("UNUSED = 1\n")
+    (folder / "other_gpu.yaml").write_text("num_processes: 1\n")
+    (folder / "gen_a.py").write_text("import common_bit\n")
+    (folder / "common_bit.py").write_text("BIT = 1\n")
+    (folder / "table.json").write_text("{}\n")
+    script = folder / "ppo.py"
+    script.write_text(
+        script.read_text()
+        + "import importlib\nimportlib.import_module({'a': 'gen_a'}['a'])\n"
+        + "open(__file__.rsplit('/', 1)[0] + '/' + 'table.json')\n"
+    )
+    comment = report.write_report(ppo_root, "ppo", NO_ENV).comment.read_text()
+    shown = re.findall(r"<summary><code>([^<]+)</code>", comment)
+    assert shown == ["ppo.py", "common_bit.py", "gen_a.py", "table.json", "zero.yaml"]
+
+
+def test_the_comment_holds_what_the_shown_runs_read(scratch_root: Path) -> None:
+    """When every shown variant's run noted the files it read (run/reads.py), the comment
+    holds those (at the pins shown), not every module the script could pick; when one
+    did not (an older record, another back end), the static closure stands in."""
+    folder = fake_repro(scratch_root)
+    for name in ("gen_a", "gen_b", "gen_c"):
+        (folder / f"{name}.py").write_text("X = 1\n")
+    script = folder / "ppo.py"
+    script.write_text(
+        script.read_text()
+        + "import importlib\nimportlib.import_module({'a': 'gen_a', 'b': 'gen_b', "
+        + "'c': 'gen_c'}['a'])\n"
+    )
+    broken = save_record(scratch_root, "broken", "reproduced", kl=0.1)
+    fixed = save_record(scratch_root, "fixed", "clean")
+    broken.files_read = ["ppo.py", "gen_a.py", "zero.yaml"]
+    broken.save()
+
+    def shown() -> list[str]:
+        comment = report.write_report(scratch_root, "ppo", NO_ENV).comment.read_text()
+        return re.findall(r"<summary><code>([^<]+)</code>", comment)
+
+    assert shown() == ["ppo.py", "gen_a.py", "gen_b.py", "gen_c.py", "zero.yaml"]  # static
+    fixed.files_read = ["ppo.py", "gen_b.py", "zero.yaml"]
+    fixed.save()
+    assert shown() == ["ppo.py", "gen_a.py", "gen_b.py", "zero.yaml"]
+
+
+def test_as_built_posts_a_ci_artifacts_report_with_its_gist(
+    ppo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI's post job holds only the exported artifact: `report --as-built --post` posts its
+    comment.md as it is and first publishes the files it has no room for from the copies
+    beside it, so the posted comment links them (a plain `gh issue comment` would not)."""
+    (ppo_root / "repros" / "ppo" / "big_helper.py").write_text("# padding\n" * 7000)
+    _imports(ppo_root, "big_helper")
+    args = _parse("report", "ppo", "--no-env")
+    assert args.handler(args) == 0
+    exported = tmp_path / "export"
+    assert export.export(results_dir(ppo_root), ["ppo"], exported).files
+    (ppo_root / "repros" / "ppo" / "big_helper.py").unlink()  # only the artifact has it
+    monkeypatch.setenv("REPROBOX_RESULTS", str(exported))
+    monkeypatch.setenv("PATH", f"{_fake_gh(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    args = _parse("report", "ppo", "--as-built", "--post", "o/r#5")
+    assert args.handler(args) == 0
+    built = exported / "ppo" / "_report"
+    calls = (tmp_path / "gh.log").read_text().splitlines()
+    assert (
+        calls[0]
+        == f"gist create --desc reprobox: files of the ppo reproduction {built}/gist/big_helper.py"
+    )
+    assert calls[-1] == f"issue comment 5 --repo o/r --body-file {built / 'comment.md'}"
+    comment = (built / "comment.md").read_text()
+    assert "(`big_helper.py`) are in a secret gist: https://example.invalid/" in comment
+    assert "their link is added here" not in comment
+
+
+def test_as_built_without_a_report_is_one_line(
+    ppo_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REPROBOX_RESULTS", str(tmp_path / "empty"))
+    args = _parse("report", "ppo", "--as-built", "--post", "o/r#5")
+    with pytest.raises(BadInput, match=r"--as-built: .* holds no comment\.md"):
+        args.handler(args)
+    args = _parse("report", "ppo", "--as-built")
+    with pytest.raises(BadInput, match="--as-built goes with --post"):
+        args.handler(args)
+
+
+def test_one_matrix_cell_and_the_upstream_paragraph(ppo_root: Path) -> None:
+    """ "Matrix: 1 cell", not "1 cells"; the upstream line and the fixes line are two
+    paragraphs (markdown joins adjacent lines: the link ran into its sources)."""
+    toml = ppo_root / "repros" / "ppo" / "repro.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            'script = "ppo.py"',
+            'script = "ppo.py"\nfix_links = ["https://example.invalid/pull/2"]',
+        )
+    )
+    wanted = report.ReportOptions(collect_env=False, only=("broken?trl=0.7.1?",))
+    made = report.write_report(ppo_root, "ppo", wanted)
+    text = made.markdown.read_text()
+    assert "<summary>Matrix: 1 cell</summary>" in text
+    assert (
+        "Upstream: https://example.invalid/issues/1\n\n"
+        "Fixes and related: https://example.invalid/pull/2\n"
+    ) in text
+
+
+def test_a_bisect_the_affected_line_already_answers_is_not_said_twice(ppo_root: Path) -> None:
+    """A sweep and then a release bisect of the same configuration: the "Affected" line says
+    "fixed in 0.7.2" with the compare link; the bisect's own line would say it again."""
+    _bisect_summary(
+        ppo_root, kind="sweep", status="mapped", range=">=0.4.7,<=0.7.2",
+        affected=">=0.4.7,<0.7.2", events=[{"introduced": "0.4.7"}, {"fixed": "0.7.2"}],
+    )  # fmt: skip
+    sweep = results_dir(ppo_root) / "ppo" / "_bisect" / "20261130T000000-abc" / "summary.json"
+    release = json.loads(sweep.read_text())
+    for key in ("kind", "range", "affected", "events"):
+        release.pop(key)
+    release["status"] = "found"
+    later = sweep.parent.with_name("20261130T010000-def")
+    later.mkdir()
+    (later / "summary.json").write_text(json.dumps(release))
+    comment = report.write_report(ppo_root, "ppo", NO_ENV).comment.read_text()
+    head = comment.split("### Expected behavior")[0]
+    assert head.count("compare/v0.7.1...v0.7.2") == 1, head
+    assert head.startswith("**Affected:** trl") and "**Fixed in trl 0.7.2:**" not in head

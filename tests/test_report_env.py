@@ -26,6 +26,17 @@ def test_transformers_env_loses_its_placeholders_and_preamble() -> None:
     assert "- DeepSpeed version: 0.19.8" in text
 
 
+def test_accelerate_env_says_not_found_on_its_line() -> None:
+    """accelerate env puts `Not found` on a tab-indented line of its own (trl env a tab
+    after the colon): the comment reads `...config: not found`, no tab, no stray line."""
+    raw = (CAPTURED / "accelerate_env.txt").read_text()
+    assert "- `Accelerate` default config:\n\tNot found" in raw  # what accelerate prints
+    text = trim_stack_report("accelerate env", raw)
+    assert text.endswith("- `Accelerate` default config: not found") and "\t" not in text
+    trl = trim_stack_report("trl env", "- TRL version: 0.19.1\n- Accelerate config: \tnot found\n")
+    assert trl == "- TRL version: 0.19.1\n- Accelerate config: not found"
+
+
 def test_ds_report_is_cut_to_its_table() -> None:
     raw = (CAPTURED / "ds_report.txt").read_text()
     assert "[WARNING]" in raw

@@ -124,3 +124,23 @@ def test_under_ci_the_comment_names_the_artifacts(scratch_root: Path) -> None:
     comment = report.write_report(scratch_root, "ppo", options).comment.read_text()
     assert f"plots embedded, is in the artifacts of {url}.*" in comment
     assert "![" not in comment
+
+
+def test_the_step_the_verdict_reads_is_singled_out(scratch_root: Path) -> None:
+    """kl's verdict reads step 0 (`max_abs_kl_step0`); steps 1-2, where the clean variants
+    reach |KL| 0.025, must not weigh as much: step 0 is shaded and named in the legend. A
+    rule named for no step shades nothing."""
+    records = _records(scratch_root)
+    for record in records:
+        record.decided_by = ["max_abs_kl_step0"]
+    assert plots.verdict_step(records) == 0
+    per_record = [(r, plots.series_families(r.result["series"])) for r in records]
+    fig = plots.series_figure(per_record, [["kl"]], "default", step=plots.verdict_step(records))
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "step 0: the step the verdict reads" in labels
+    (band,) = ax.patches
+    assert band.get_x() < 0 < band.get_x() + band.get_width() < 1
+    for record in records:
+        record.decided_by = ["max_abs_logp_diff"]
+    assert plots.verdict_step(records) is None

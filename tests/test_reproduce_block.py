@@ -73,3 +73,15 @@ def test_a_package_built_against_the_others_installs_after_them() -> None:
         f"pip install --extra-index-url {CPU_TORCH_INDEX} torch==2.13.0 trl==0.7.1",
         "pip install --no-build-isolation deepspeed==0.19.8",
     ]
+
+
+def test_fit_puts_back_what_fits_once_a_needed_file_made_the_room() -> None:
+    """An environment report goes first (it is not needed to run anything); when a needed
+    file must go anyway, the report that then fits again is put back."""
+    head = Section("## head")
+    env = Section("e" * 1000, drop=4, stub="*env omitted*")
+    big = Section("x" * (COMMENT_LIMIT - 2000), drop=3, stub="*big not shown*")
+    small = Section("s" * 3000, drop=3, stub="*small not shown*")
+    kept = fit([head, big, small, env], COMMENT_LIMIT)
+    assert [s.text for s in kept] == [head.text, "*big not shown*", small.text, env.text]
+    assert [s.omitted for s in kept] == [False, True, False, False]

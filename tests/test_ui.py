@@ -205,3 +205,27 @@ def test_a_cell_that_could_not_be_tested_is_not_called_a_mismatch(
     first, second = buffer.getvalue().splitlines()
     assert "CANNOT TEST" in first and "MISMATCH" not in first
     assert "MISMATCH" in second
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 160, 200])
+def test_a_result_line_at_a_terminal_never_splits_a_word(
+    monkeypatch: pytest.MonkeyPatch, width: int
+) -> None:
+    """At a terminal the result line is broken between words (a terminal cuts where the
+    line meets its edge: `objec|tive/kl`); every word stays whole, no line is wider."""
+    buffer = io.StringIO()
+    terminal = Console(file=buffer, force_terminal=True, width=width, stderr=True,
+                       soft_wrap=True, color_system=None, emoji=False)  # fmt: skip
+    monkeypatch.setattr(ui, "console", terminal)
+    reason = (
+        "max |logp - ref_logp| = 0.125 at step 0; objective/kl per rank = -0.0024 / -0.0040 "
+        "over 64 sequences of 24 tokens; reference model dtype torch.float32, policy "
+        "torch.bfloat16 under DeepSpeed ZeRO-2 (bf16) with trl 0.7.1 and accelerate 0.34.2"
+    )
+    record = _record("broken[trl=0.7.1,accelerate=0.34.2]", "reproduced", reason=reason)
+    ui.record_line(record)
+    lines = buffer.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= width, lines
+    words = " ".join(lines).split()
+    for word in f"{record.repro} {record.label}: {reason}".split():
+        assert word in words, (word, lines)

@@ -4,12 +4,14 @@ Without `--from`: a two-rank torchrun script that speaks the protocol (result fi
 codes) around one `measure()` to replace, with a broken and a fixed variant that already
 differ, so the first `reprobox run NAME` shows the loop working before any edit.
 
-With `--from`: the user's own script, copied beside a small wrapper that runs it as a
-maintainer would (`python SCRIPT ARGS`) and turns its outcome into a verdict: exit 0 is
-clean, a failure whose last error line names `--reproduced-if-error` is reproduced, and any
-other failure is an error, never a verdict (a crash is not the bug). A repro proves itself
-both ways, so the fixed variant must be named: other pins (`--fixed-with`) or other
-arguments (`--fixed-args`).
+With `--from`: the user's own script (any name), copied beside a small wrapper that runs it
+as a maintainer would (`python SCRIPT ARGS`) and keeps its contract: exit 0 clean, 1
+reproduced, 125 cannot test, any other exit an error, and a traceback whose last line does
+not name `--reproduced-if-error` a crash (an error, never a verdict). `--metric` makes the
+number the script reports decide. A repro proves itself both ways, so the fixed variant
+must be named: other pins (`--fixed-with`) or other arguments (`--fixed-args`). The title,
+the upstream link and the template's descriptions are `core.scaffold`'s placeholders, which
+`report` refuses until they are replaced.
 
 The files are written from templates, then loaded back with `spec.load`: a scaffold the
 harness would refuse is never left on disk. `cli.main` adds the command with `register`."""
@@ -29,7 +31,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from reprobox.cli import options, ui
-from reprobox.core import spec
+from reprobox.core import scaffold, spec
 from reprobox.core.errors import BadInput, ReproboxError
 
 NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
@@ -43,6 +45,7 @@ STACK_MODULES = frozenset({
     "sympy", "networkx", "jinja2", "filelock", "fsspec", "typing_extensions", "packaging",
     "yaml", "regex", "tqdm", "requests", "psutil", "scipy", "pandas", "einops", "evaluate",
 })  # fmt: skip
+OTHER_WRAPPER = "wrapper.py"  # when the script itself is named repro.py
 
 
 def _text(name: str) -> str:
@@ -94,8 +97,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="--from: the arguments of the broken variant",
     )
     new.add_argument("--reproduced-if-error", default="AssertionError", metavar="TEXT",
-                     help="--from: a failure reproduces only when its last error line "
-                     "holds TEXT (default: AssertionError)")  # fmt: skip
+                     help="--from: a failure with a traceback reproduces only when its last "
+                     "error line holds TEXT (default: AssertionError)")  # fmt: skip
+    new.add_argument("--metric", metavar="NAME",
+                     help="--from: the metric that decides, as the script reports it (a "
+                     "last stdout line of JSON, {\"NAME\": 0.5}, or its own $REPRO_RESULT); "
+                     "default: the exit code's 0/1 as expected_failure")  # fmt: skip
+    new.add_argument("--above", type=float, default=0.0, metavar="X",
+                     help="--from --metric: reproduced when NAME > X (default 0)")  # fmt: skip
     new.set_defaults(handler=cmd_new)
 
 
@@ -108,8 +117,8 @@ def cmd_new(args: argparse.Namespace) -> int:
         raise BadInput(f"repros/{args.name} exists already; pick another name")
     pins = list(args.pins or DEFAULT_PINS)
     if args.source is None:
-        if args.fixed_with or args.fixed_args or args.broken_args:
-            raise BadInput("--fixed-with, --fixed-args and --broken-args go with --from")
+        if args.fixed_with or args.fixed_args or args.broken_args or args.metric:
+            raise BadInput("--fixed-with, --fixed-args, --broken-args and --metric go with --from")
         files = _template(args.name, pins, args.upstream)
         _refuse_a_shadow(args.name, files[f"{args.name}.py"], pins)
     else:
@@ -162,12 +171,13 @@ def _copied(args: argparse.Namespace) -> list[str]:
 
 
 def _toml(name: str, script: str, pins: list[str], upstream: str, launch: str,
-          rule: str, variants: str) -> str:  # fmt: skip
+          rule: str, variants: str, shown: str = "") -> str:  # fmt: skip
+    by_hand = f"\nby_hand = {json.dumps(shown)}" if shown else ""
     return f"""\
 [repro]
-title = "{name}: what goes wrong, in one line"
-upstream = {json.dumps(upstream or "https://github.com/OWNER/REPO/issues/NUMBER")}
-script = "{script}"
+title = "{name}{scaffold.TITLE}"
+upstream = {json.dumps(upstream or scaffold.UPSTREAM)}
+script = "{script}"{by_hand}
 
 [launch]
 {launch}
@@ -182,15 +192,15 @@ reproduced_if = [{rule}]
 
 
 def _template(name: str, pins: list[str], upstream: str) -> dict[str, str]:
-    variants = """
+    variants = f"""
 [variants.broken]
 expect = "reproduced"
-description = "sums the ranks' values and forgets to divide (replace with the bug)"
+description = "sums the ranks' values and forgets to divide {scaffold.HINT} the bug)"
 args = ["--divide", "0"]
 
 [variants.fixed]
 expect = "clean"
-description = "divides by the world size (replace with the fix, a pin or a flag)"
+description = "divides by the world size {scaffold.HINT} the fix, a pin or a flag)"
 """
     launch = 'launcher = "torchrun"\nprocesses = 2\ntimeout = 300'
     rule = '{ metric = "error", above = 1e-6 }'
@@ -205,8 +215,7 @@ def _wrapped(args: argparse.Namespace, pins: list[str]) -> dict[str, str]:
     source: Path = args.source
     if not source.is_file():
         raise BadInput(f"--from {source}: no such file")
-    if source.name == WRAPPER:
-        raise BadInput(f"--from {source}: rename it; {WRAPPER} is the wrapper's name")
+    wrapper_name = WRAPPER if source.name != WRAPPER else OTHER_WRAPPER  # any name will do
     if not (args.fixed_with or args.fixed_args):
         raise BadInput("a repro proves itself both ways: say how the fixed variant differs "
                        "(--fixed-with PIN or --fixed-args ARGS)")  # fmt: skip
@@ -226,13 +235,14 @@ expect = "clean"
 description = "{source.name} where it is fixed"
 {fixed}"""
     launch = 'launcher = "python"\nprocesses = 1\ntimeout = 600'
-    rule = '{ metric = "expected_failure", above = 0.5 }'
+    if args.metric:
+        rule = f"{{ metric = {json.dumps(args.metric)}, above = {args.above!r} }}"
+    else:
+        rule = '{ metric = "expected_failure", above = 0.5 }'
     wrapper = (
         _text("wrapper.py.tmpl")
         .replace("@SCRIPT@", json.dumps(source.name))
         .replace("@EXPECTED@", json.dumps(args.reproduced_if_error))
     )
-    return {
-        "repro.toml": _toml(args.name, WRAPPER, pins, args.upstream, launch, rule, variants),
-        WRAPPER: wrapper,
-    }
+    toml = _toml(args.name, wrapper_name, pins, args.upstream, launch, rule, variants, source.name)
+    return {"repro.toml": toml, wrapper_name: wrapper}

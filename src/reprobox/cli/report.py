@@ -12,6 +12,7 @@ import shutil
 import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from reprobox.cli import options, ui
@@ -50,6 +51,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="with --post: replace the previous comment of this report instead of adding one",
     )
     report.add_argument(
+        "--as-built",
+        action="store_true",
+        help="with --post: post the report already in --out (a CI artifact's) as it is, "
+        "without rebuilding it from the records",
+    )
+    report.add_argument(
+        "--with-not-run",
+        action="store_true",
+        help="also list in comment.md the runs that measured nothing (typos, interrupts, "
+        "failed installs); report.md and report.html always list them",
+    )
+    report.add_argument(
         "--no-env",
         action="store_true",
         help="skip the environment reports (transformers env, collect_env, ...)",
@@ -65,11 +78,7 @@ def _progress() -> AbstractContextManager[Any]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from reprobox.report.build import (  # matplotlib: only when reporting
-        ReportOptions,
-        comment_marker,
-        write_report,
-    )
+    from reprobox.report.build import ReportOptions, write_report  # matplotlib: only here
     from reprobox.report.data import parse_since
 
     settings = options.settings(args)
@@ -79,6 +88,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if (args.dry_run or args.edit_last) and target is None:
         raise PostError("--dry-run and --edit-last go with --post OWNER/REPO#N")
     since = parse_since(args.since) if args.since else None
+    if args.as_built:
+        if target is None:
+            raise PostError("--as-built goes with --post OWNER/REPO#N")
+        return _post(args, target, _built(args, settings.results))
     wanted = ReportOptions(
         out=args.out,
         results=settings.results,
@@ -88,6 +101,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         posting_to=str(target) if target else None,
         step_summary=settings.step_summary,
         ci_run_url=settings.ci_run_url,
+        comment_not_run=args.with_not_run,
     )
     with _progress() as status:
 
@@ -102,26 +116,55 @@ def cmd_report(args: argparse.Namespace) -> int:
         ui.info(f"reprobox: warning: skipped {skipped}")
     extra = f", {report.not_run} not run" if report.not_run else ""
     ui.info(
-        f"report: {report.markdown} ({report.records} cells{extra}, {len(report.plots)} plots); "
+        f"report: {report.markdown} ({_count(report.records, 'cell')}{extra}, "
+        f"{_count(len(report.plots), 'plot')}); "
         f"comment: {report.comment}; html: {report.html}"
     )
-    if target is not None:
-        if args.dry_run:
-            body, how = dry_run(target, report.comment, args.edit_last)
-            left = _omitted(report)
-            if left:
-                names = ", ".join(item["name"] for item in left)
-                ui.info(
-                    f"would first publish what the comment has no room for ({names}) as a "
-                    "secret gist (gh gist create) and link it in the comment"
-                )
-            ui.info(how)
-            sys.stdout.write(body)
-            sys.stdout.flush()
-            return 0
-        _link_omitted_files(report, args.repro)
-        url = post(target, report.comment, args.edit_last, comment_marker(args.repro))
-        ui.info(f"posted to {target}: {url}" if url else f"posted to {target}")
+    left = [item["name"] for item in _omitted(report)]
+    if left and target is None:
+        ui.info(
+            f"reprobox: warning: comment.md has no room for {', '.join(left)} (GitHub takes "
+            "65,536 characters), so as written it does not run: post it with --post, which "
+            "publishes them as a secret gist and links it in the comment"
+        )
+    return _post(args, target, report) if target is not None else 0
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _built(args: argparse.Namespace, results: Path) -> Any:
+    """The report folder `--as-built` posts: --out, or results/<repro>/_report."""
+    from reprobox.report.build import default_out
+
+    out = (args.out or default_out(results, args.repro)).absolute()
+    if not (out / "comment.md").is_file():
+        raise PostError(f"--as-built: {out} holds no comment.md written by reprobox report")
+    return SimpleNamespace(dir=out, comment=out / "comment.md")
+
+
+def _post(args: argparse.Namespace, target: Any, report: Any) -> int:
+    """Post comment.md (with --dry-run, print it); the files it has no room for go to a
+    secret gist first, which it then links."""
+    from reprobox.report.build import comment_marker
+
+    if args.dry_run:
+        body, how = dry_run(target, report.comment, args.edit_last)
+        left = _omitted(report)
+        if left:
+            names = ", ".join(item["name"] for item in left)
+            ui.info(
+                f"would first publish what the comment has no room for ({names}) as a "
+                "secret gist (gh gist create) and link it in the comment"
+            )
+        ui.info(how)
+        sys.stdout.write(body)
+        sys.stdout.flush()
+        return 0
+    _link_omitted_files(report, args.repro)
+    url = post(target, report.comment, args.edit_last, comment_marker(args.repro))
+    ui.info(f"posted to {target}: {url}" if url else f"posted to {target}")
     return 0
 
 
@@ -139,9 +182,9 @@ def _link_omitted_files(report: Any, repro: str) -> None:
     folder.mkdir()
     scrub = Scrubber()
     files = []
-    for item in listed:
+    for item in listed:  # a gist is flat: fixes/x.py is published as x.py
         path = folder / Path(item["name"]).name
-        path.write_text(scrub.text(Path(item["path"]).read_text()))
+        path.write_text(scrub.text((report.dir / item["path"]).read_text()))
         files.append(path)
     url = publish_gist(files, f"reprobox: files of the {repro} reproduction")
     text = report.comment.read_text()

@@ -10,6 +10,7 @@ not fit, the least needed are dropped, and as a last resort the longest cells ar
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Literal, cast
 
@@ -49,7 +50,12 @@ def verdict_rows(records: Iterable[Record]) -> list[tuple[str, ...]]:
     """The verdict table's rows (see `VERDICT_COLUMNS`): one per cell, with the metrics its
     verdict rule read, else the reason."""
     rows: list[tuple[str, ...]] = []
+    records = list(records)
+    # cells batched into one launch share its wall time and start: said, not shown as each's
+    launches = Counter(record.batch_dir or record.dir for record in records if record.dir)
     for record in records:
+        shared = launches[record.batch_dir or record.dir] if record.dir else 1
+        wall = f"{record.wall_s:.1f}" + (f" (one launch of {shared})" if shared > 1 else "")
         decided = ", ".join(
             f"{name}={_fmt(record.metrics.get(name))}" for name in record.decided_by
         )
@@ -64,7 +70,7 @@ def verdict_rows(records: Iterable[Record]) -> list[tuple[str, ...]]:
                 record.status,
                 decided or record.reason,
                 record.started_at,
-                f"{record.wall_s:.1f}",
+                wall,
             )
         )
     return rows

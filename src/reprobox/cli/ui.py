@@ -11,6 +11,7 @@ progress lines live in `cli.progress`, tables in `cli.tables` (both named here t
 from __future__ import annotations
 
 import os
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -19,7 +20,7 @@ from rich.text import Text
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
-from reprobox.core.scrub import secrets_out
+from reprobox.core.scrub import Scrubber
 from reprobox.core.settings import Settings
 
 if TYPE_CHECKING:
@@ -57,13 +58,19 @@ def interactive() -> bool:
     return console.is_terminal and not _ci
 
 
+def plain(text: str) -> str:
+    """A line as the terminal shows it: no secret (CI logs are read by many) and the home
+    folder as `~` (a capture of the terminal is pasted into issues; `~/x` still opens)."""
+    return Scrubber().text(text)
+
+
 def error(message: str) -> None:
-    """The one error line; never a secret in it (CI logs are read by many)."""
-    console.print(f"reprobox: error: {secrets_out(message)}", style="red", markup=False)
+    """The one error line, as `plain`."""
+    console.print(f"reprobox: error: {plain(message)}", style="red", markup=False)
 
 
 def info(message: str) -> None:
-    console.print(message, markup=False)
+    console.print(plain(message), markup=False)
 
 
 def record_line(record: Record) -> None:
@@ -80,7 +87,22 @@ def record_line(record: Record) -> None:
     )
     if record.reason:
         line += f"  - {record.reason}"
-    console.print(secrets_out(line), style=STATUS_STYLE.get(record.status), markup=False)
+    line = plain(line)
+    if console.is_terminal:  # the terminal would cut a word where the line meets its edge
+        line = words_to_width(line, console.width)
+    console.print(line, style=STATUS_STYLE.get(record.status), markup=False)
+
+
+def words_to_width(line: str, width: int) -> str:
+    """`line` broken between words to `width` columns, the rest indented: a token longer
+    than the width (a path) stays whole on a line of its own."""
+    return textwrap.fill(
+        line,
+        width=max(width, 20),
+        subsequent_indent="    ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def bisect_summary(summary: BisectSummary) -> None:

@@ -73,6 +73,9 @@ class Record(BaseModel):
     # REPROBOX_TORCH_SOURCE=host: the host's torch (version, cuda, path, python, ...)
     host_torch: dict[str, str] = {}
     env_names: list[str] = []  # the variables the launched processes got (names, no values)
+    # the repro's files the launch read (`gen_old.py`, `fixes/x.py`; run/reads.py): what a
+    # report's pasted comment must hold; empty when not known (another back end, older)
+    files_read: list[str] = []
     started_at: str = ""
     dir: str = ""
     batch_dir: str = ""  # set when the cell ran in a launch led by another cell's directory

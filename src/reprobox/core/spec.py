@@ -53,6 +53,9 @@ class ReproSection(_Section):
     upstream: str = Field(min_length=1)
     fix_links: list[str] = []
     script: str = Field(min_length=1)
+    # The script a person runs, when `script` only wraps it for the harness (`reprobox new
+    # --from bug.py`): a report's reproduction shows `python bug.py ARGS`, not the wrapper.
+    by_hand: str = ""
     # What should happen instead (the "Expected behavior" of upstream bug forms).
     expected: str = ""
 

@@ -49,6 +49,9 @@ def check_semantics(repro: Repro, shown: str) -> None:
         fail("repro.script", f"{spec.repro.script!r} is outside the repro's folder")
     if not repro.script.is_file():
         fail("repro.script", f"script {spec.repro.script!r} not found in {display(repro.dir)}")
+    by_hand = spec.repro.by_hand
+    if by_hand and not (_inside(repro.dir, by_hand) and (repro.dir / by_hand).is_file()):
+        fail("repro.by_hand", f"script {by_hand!r} not found in {display(repro.dir)}")
     _check_pins(spec.env.pins, "env.pins", fail)
     if spec.env.exclude_newer is not None and (
         why := exclude_newer_problem(spec.env.exclude_newer)

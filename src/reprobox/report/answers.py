@@ -121,15 +121,18 @@ def headline(b: Builder) -> Section:
     verdict on disk says (`affected`); the newest answer of each other kind of bisect (a
     commit answer beside the release answer it narrowed); then the result of the bug's cell
     with its versions and what the script measured."""
-    lines = [
-        affected_line(affected.release_map(config, b.summaries, b.ran))
+    maps = {
+        config: affected.release_map(config, b.summaries, b.ran)
         for config in affected.configs(b.summaries)
-    ]
+    }
+    lines = [affected_line(found) for found in maps.values()]
     newest: dict[str, BisectSummary] = {}
     for summary in b.summaries:  # newest first
         if summary.kind != "sweep":
             newest.setdefault(summary.kind, summary)
     for summary in newest.values():
+        if _said_by(maps, summary):
+            continue  # a sweep's Affected line already gives this answer
         against = measured_against(b, summary)
         line = conflict_line(summary, against) if against else bisect_headline(summary)
         lines += [line] if line else []
@@ -274,6 +277,20 @@ def result_line(b: Builder) -> str:
     if measured:
         line += f" {names(measured)} recorded a measurement (see *Measurements*)."
     return line
+
+
+def _said_by(maps: dict[affected.Config, affected.ReleaseMap], summary: BisectSummary) -> bool:
+    """A release bisect whose answer an "Affected" line of its configuration already gives
+    as an event (the same release, the same compare link): one line says it, not two."""
+    found = maps.get(affected.config_of(summary))
+    if found is None or summary.kind != "release" or summary.status != "found":
+        return False
+    last = summary.last_start or ""
+    return any(
+        edge.at == summary.first and edge.after == last
+        for span in found.spans()
+        for edge in (span.start, span.end)
+    )
 
 
 def bisect_headline(summary: BisectSummary) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from reprobox.core import spec
+from reprobox.core import scaffold, spec
 from reprobox.core.errors import BadInput
 from reprobox.core.records import RECORD_SCHEMA, RecordStore
 from reprobox.report import html, plots
@@ -53,6 +53,7 @@ from reprobox.report.sections import Builder
 
 __all__ = [
     "COMMENT_LIMIT",
+    "OMITTED_DIR",
     "OMITTED_FILE",
     "Loaded",
     "Report",
@@ -61,6 +62,7 @@ __all__ = [
     "Section",
     "charted_metrics",
     "comment_text",
+    "files_line",
     "fit",
     "key_metrics",
     "load_records",
@@ -73,8 +75,11 @@ __all__ = [
 REPORT_DIR = "_report"
 MARKER = ".reprobox-report"  # marks a folder this module wrote (and may replace)
 OMITTED_FILE = "comment-omitted.json"  # the repro files the comment had no room for
+OMITTED_DIR = "files"  # their scrubbed copies, what `--post` publishes (paths relative)
 COMMENT_LIMIT = 65_000  # GitHub refuses comment bodies over 65,536 characters
 STEP_SUMMARY_LIMIT = 1_000_000  # GitHub's limit per step is 1 MiB
+# kept free for the line naming where the files left out are (`files_line`, a gist URL)
+FILES_LINK_ROOM = 1_000
 
 
 def comment_marker(name: str) -> str:
@@ -93,6 +98,9 @@ class ReportOptions:
     posting_to: str | None = None  # "owner/repo#N": the comment leaves out a link to it
     step_summary: Path | None = None  # $GITHUB_STEP_SUMMARY: comment.md is appended there
     ci_run_url: str | None = None  # the CI run whose artifacts hold report.html and the plots
+    # runs that measured nothing (a typo, an interrupt, an install that failed) are the
+    # reporter's business: in report.md/.html always, in comment.md only when asked
+    comment_not_run: bool = False
 
 
 @dataclass
@@ -113,8 +121,12 @@ def _join(sections: Sequence[Section]) -> str:
 
 
 def fit(sections: list[Section], limit: int) -> list[Section]:
-    """Shorten the droppable sections, least essential first, until the text fits `limit`."""
+    """Shorten the droppable sections, least essential first, until the text fits `limit`;
+    then put back, in the order they went, those that fit again (an environment report
+    dropped before a needed file made the room)."""
+    original = list(sections)
     sections = list(sections)
+    dropped: list[int] = []
     for level in sorted({s.drop for s in sections if s.drop > 0}, reverse=True):
         # within a level the largest goes first, one at a time: a small file a shown command
         # needs (a launcher config) stays inline while a big one makes the room
@@ -124,8 +136,16 @@ def fit(sections: list[Section], limit: int) -> list[Section]:
         )
         for i in order:
             if len(_join(sections)) <= limit:
-                return sections
+                break
             sections[i] = replace(sections[i], text=sections[i].stub, stub="", omitted=True)
+            dropped.append(i)
+        if len(_join(sections)) <= limit:
+            break
+    for i in dropped[:-1]:  # the last one dropped is the one that made it fit
+        kept = sections[i]
+        sections[i] = original[i]
+        if len(_join(sections)) > limit:
+            sections[i] = kept
     return sections
 
 
@@ -152,14 +172,30 @@ def comment_parts(
 def comment_fit(sections: list[Section], tail: str) -> list[Section]:
     """The comment's sections, image links out, shortened to fit with `tail` after them."""
     body = [replace(s, text=re.sub(r"!\[[^\]]*\]\([^)]+\)", "", s.text)) for s in sections]
-    return fit(body, COMMENT_LIMIT - len(tail))
+    return fit(body, COMMENT_LIMIT - FILES_LINK_ROOM - len(tail))
+
+
+def files_line(names: Sequence[str], url: str = "") -> str:
+    """The comment's line naming where the files it could not hold are: the secret gist
+    `--post` makes, or, until it is made, a line saying the link is still to come (a
+    comment.md posted by hand would otherwise send a maintainer nowhere)."""
+    listed = ", ".join(f"`{n}`" for n in names)
+    if url:
+        return f"*The files not shown above ({listed}) are in a secret gist: {url}*\n"
+    return (
+        f"*The files not shown above ({listed}): their link is added here when the report is "
+        "posted (`reprobox report --post`, which publishes them as a secret gist).*\n"
+    )
 
 
 def with_files_link(comment: str, url: str, names: Sequence[str]) -> str:
     """The comment, with a line saying where the files it could not hold are published
-    (before its hidden marker, which stays last)."""
-    listed = ", ".join(f"`{n}`" for n in names)
-    line = f"*The files not shown above ({listed}) are in a secret gist: {url}*\n"
+    (before its hidden marker, which stays last): it replaces the line saying the link is
+    still to come."""
+    line = files_line(names, url)
+    pending = files_line(names)
+    if pending in comment:
+        return comment.replace(pending, line)
     marker = comment.rfind("\n<!-- reprobox-report")
     if marker < 0:
         return comment.rstrip("\n") + "\n\n" + line
@@ -211,6 +247,12 @@ def write_report(
 ) -> Report:
     """Build the report of `name` from the records on disk and swap it into its folder."""
     repro = spec.load(root, name)
+    left = scaffold.placeholders(repro.spec)
+    if left:
+        raise ReportError(
+            f"repros/{name}/repro.toml still holds what `reprobox new` wrote ({', '.join(left)}); "
+            "say what the bug is and where it is reported before reporting it"
+        )
     store = RecordStore(options.results or root / "results")
     out = (options.out or default_out(store.base, name)).absolute()
     _check_out(out)
@@ -220,6 +262,7 @@ def write_report(
     scrub = scrubber or Scrubber()
     files = read_files(repro, loaded.records)
     builder = Builder(repro, loaded, files, summaries, options.posting_to)
+    upstream = builder if options.comment_not_run else _measured_only(builder, loaded)
     progress(f"report {name}: {len(builder.records)} cells, {len(summaries)} bisect(s)")
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -236,9 +279,9 @@ def write_report(
         head = [builder.headline(), builder.expected(), *builder.reproduction()]
         # the comment goes to a maintainer without reprobox: no hint to run it
         comment_head = [
-            builder.headline(),
-            builder.expected(),
-            *builder.reproduction(bundle_hint=False),
+            upstream.headline(),
+            upstream.expected(),
+            *upstream.reproduction(bundle_hint=False),
         ]
         results = builder.results()
         rest = [
@@ -246,6 +289,12 @@ def write_report(
             builder.problems(bisect_skipped),
             builder.bisect_details(),
             *builder.environment(env, options.collect_env),
+        ]
+        comment_rest = [
+            upstream.not_run_section(),
+            upstream.problems(bisect_skipped),
+            upstream.bisect_details(),
+            *upstream.environment(env, options.collect_env),
         ]
         report_sections = [
             builder.title(),
@@ -260,11 +309,23 @@ def write_report(
         (tmp / "report.md").write_text(report_md)
         (tmp / "report.html").write_text(html.render(report_md, tmp, repro.spec.repro.title))
         note = plot_note(len(made), options.ci_run_url)
-        comment_body = [*comment_head, *results, *rest, builder.footer(comment=True)]
+        comment_body = [
+            *comment_head,
+            *upstream.results(),
+            *comment_rest,
+            upstream.footer(comment=True),
+        ]
         comment_sections = [_scrubbed(s, scrub) for s in comment_body]
         comment, fitted = comment_parts(comment_sections, scrub.text(note), comment_marker(name))
+        omitted = []
+        for shown, path in omitted_files(fitted):  # beside the report, so a CI artifact of
+            kept = Path(OMITTED_DIR) / shown  # the folder alone is enough to post it
+            (tmp / kept).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / kept).write_text(scrub.text(path.read_text()))
+            omitted.append({"name": shown, "path": kept.as_posix()})
+        if omitted:
+            comment = with_files_link(comment, "", [item["name"] for item in omitted])
         (tmp / "comment.md").write_text(comment)
-        omitted = [{"name": shown, "path": str(path)} for shown, path in omitted_files(fitted)]
         (tmp / OMITTED_FILE).write_text(json.dumps(omitted, indent=1) + "\n")
         merged = {
             "schema": RECORD_SCHEMA,
@@ -296,6 +357,17 @@ def write_report(
         skipped=[*builder.skipped, *bisect_skipped],
         not_run=len(builder.not_run),
     )
+
+
+def _measured_only(builder: Builder, loaded: Loaded) -> Builder:
+    """The report's builder without the runs that measured nothing (cells that never ran,
+    later runs after the verdict shown): what upstream reads is about the bug. A repro
+    with no measured cell at all keeps them, so the comment still says what happened."""
+    measured = [r for r in loaded.records if not not_run(r)]
+    if not measured:
+        return builder
+    kept = replace(loaded, records=measured, later=[])
+    return Builder(builder.repro, kept, builder.files, builder.summaries, builder.posting_to)
 
 
 def _scrubbed(section: Section, scrub: Scrubber) -> Section:

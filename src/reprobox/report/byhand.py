@@ -34,15 +34,21 @@ def by_hand(
     variant: str,
     params: Mapping[str, str] | None = None,
     fixes: str = "fixes",
+    person: bool = False,
 ) -> ByHand:
     """The plain launcher line of a variant, run from a folder holding the script (and
     `fixes/`): `torchrun --nproc_per_node 4 average.py --variant broken --averaging sum_div`.
+    With `person`, a script the harness only wraps (`[repro] by_hand`) is run itself, with
+    the arguments the wrapper passes it (all but `--variant NAME`): `python bug.py --fix`.
 
     A `python` launch of several processes is spelled with torchrun, which gives each rank
     the same environment the harness does (RANK, WORLD_SIZE, MASTER_ADDR, ...)."""
     launch = repro.launch(variant)
     args = script_args(repro, make_cell(repro, variant, params=params))
     script = repro.spec.repro.script
+    if person and repro.spec.repro.by_hand:
+        script = repro.spec.repro.by_hand
+        args = args[2:] if args[:1] == ["--variant"] else args
     env = dict(launch.env)
     if repro.variant(variant).fix:
         env["PYTHONPATH"] = fixes

@@ -22,6 +22,10 @@ _LOG_LINE = re.compile(r"^\s*\[\d{4}-\d\d-\d\d[ T][0-9:,.]+\]\s*\[[A-Z]+\]")
 _WARNING = re.compile(r"^\s*\[(WARNING|INFO|DEBUG)\]")
 _RULE = re.compile(r"^-{10,}$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # ds_report colours [OKAY] and [NO]
+# accelerate / trl env put a value a tab away or on a tab-indented line of its own:
+# `- Accelerate config: \tnot found`, `- `Accelerate` default config:` + `\tNot found`.
+_TAB_VALUE = re.compile(r":[ ]*\t+[ \t]*")
+_NOT_FOUND = re.compile(r"^\s+not found\s*$", re.IGNORECASE)
 
 
 def trim_stack_report(title: str, text: str) -> str:
@@ -30,11 +34,15 @@ def trim_stack_report(title: str, text: str) -> str:
     text = _ANSI.sub("", text)
     if title.split()[0] == "ds_report":
         return _trim_ds_report(text)
-    lines = [
-        line
-        for line in text.splitlines()
-        if not _PREAMBLE.match(line) and not _PLACEHOLDER.search(line)
-    ]
+    lines: list[str] = []
+    for line in text.splitlines():
+        if _PREAMBLE.match(line) or _PLACEHOLDER.search(line):
+            continue
+        line = _TAB_VALUE.sub(": ", line)
+        if _NOT_FOUND.match(line) and lines and lines[-1].endswith(":"):
+            lines[-1] += " not found"  # `- Accelerate default config:` + `\tNot found`
+            continue
+        lines.append(line)
     return "\n".join(lines).strip()
 
 

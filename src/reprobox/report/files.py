@@ -60,8 +60,9 @@ def read_files(repro: spec.Repro, records: Sequence[Record]) -> ReportFiles:
 
 
 def _sources(repro: spec.Repro) -> list[SourceFile]:
-    """The repro's script first, then its other files and the fixes its variants use."""
-    main = repro.script
+    """The repro's script first (the one a person runs, when the harness's only wraps it),
+    then its other files and the fixes its variants use."""
+    main = repro.dir / (repro.spec.repro.by_hand or repro.spec.repro.script)
     files = [main]
     files += sorted(
         p for p in repro.dir.iterdir() if p.is_file() and p.suffix in SHOWN_SUFFIXES and p != main

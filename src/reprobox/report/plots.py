@@ -160,7 +160,7 @@ def series_plots(
             )
             continue
         panels = same_families(per_record, families)
-        fig = series_figure(per_record, panels, point, text)
+        fig = series_figure(per_record, panels, point, text, verdict_step(members))
         slug = re.sub(r"[^A-Za-z0-9._=-]+", "_", point)[:80]
         path = _save(fig, out_dir / f"series_{number:02d}_{slug}.png")
         made.append((text(series_caption(panels, point)), path))
@@ -204,14 +204,26 @@ def series_caption(panels: Sequence[Sequence[str]], point: str) -> str:
     return f"{names} per step{shared} - {point}"
 
 
+_STEP = re.compile(r"_step(\d+)$")  # a rule metric read at one step: `max_abs_kl_step0`
+
+
+def verdict_step(records: Sequence[Record]) -> int | None:
+    """The step the verdict reads, when the metrics that decided are named for one step
+    (`..._step0`, repros/README.md's metric names): the plot singles it out."""
+    steps = {int(m[1]) for r in records for name in r.decided_by if (m := _STEP.search(name))}
+    return steps.pop() if len(steps) == 1 else None
+
+
 def series_figure(
     per_record: Sequence[tuple[Record, Families]],
     panels: Sequence[Sequence[str]],
     point: str,
     text: Callable[[str], str] = str,
+    step: int | None = None,
 ) -> Figure:
     """A panel per family (or group of equal families), a colour per variant, a line style
-    per rank, the legend outside the axes."""
+    per rank, the legend outside the axes; the step the verdict reads (`verdict_step`)
+    shaded and named, so the later steps do not weigh as much as it."""
     fig, axes = plt.subplots(
         len(panels), 1, figsize=(9.5, 3.2 * len(panels)), squeeze=False, sharex=True
     )
@@ -231,6 +243,9 @@ def series_figure(
                     label=text(f"{name} ({record.verdict or 'error'})"),
                 )
         ax.axhline(0.0, color="grey", linewidth=0.6)
+        if step is not None:
+            ax.axvspan(step - 0.25, step + 0.25, color="gold", alpha=0.3, zorder=0,
+                       label=f"step {step}: the step the verdict reads")  # fmt: skip
         shown = " = ".join(panel)
         ax.set_ylabel(text(shown))
         ax.set_title(text(f"{shown} per step - {point}"))

@@ -122,4 +122,5 @@ def matrix_table(b: Builder) -> str:
         f"reprobox run {b.repro.name} {shlex.join(r.cell().run_args())}" for r in b.matrix
     )
     body = table + "\n\n" + md.fence(cmds, "sh")
-    return md.details(f"Matrix: {len(b.matrix)} cells", body)
+    cells = len(b.matrix)
+    return md.details(f"Matrix: {cells} cell{'s' * (cells != 1)}", body)

@@ -22,7 +22,7 @@ from reprobox.core.errors import BadInput
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
-from reprobox.report import answers, data, results
+from reprobox.report import answers, closure, data, results
 from reprobox.report import markdown as md
 from reprobox.report.answers import issue_ref, names
 from reprobox.report.bundle import by_hand, top_pins
@@ -33,6 +33,8 @@ from reprobox.report.markdown import Section
 from reprobox.report.reproduce import pin_groups
 
 _MARK = results.MARK
+# where the files a comment has no room for are: `--post` publishes them and links them here
+FILES_PLACE = "the files' link at the end of this comment"
 
 
 class Builder:
@@ -169,18 +171,26 @@ class Builder:
         lines = pin_groups(
             variants,
             self._pins,
-            lambda v: by_hand(self.repro, v).line(),
+            lambda v: by_hand(self.repro, v, person=True).line(),
             lambda v: self.repro.variant(v).expect.value,
             late=self.repro.spec.env.no_build_isolation,
         )
+        fixed = any(self.repro.variant(v).fix for v in variants)
         intro = (
-            "On CPU: save the files below beside each other (fixes under `fixes/`), then run "
-            "the block. Each set of pins gets its own fresh venv, so every variant runs on its "
-            "own releases. The script prints its verdict and exits 1 when it reproduces, 0 "
-            "when clean, 125 when it cannot test here."
+            "On CPU: save the files below beside each other"
+            + (" (fixes under `fixes/`)" if fixed else "")
+            + ", then run the block. "
+            + (
+                "Each set of pins gets its own fresh venv, so every variant runs on its own "
+                "releases. "
+                if len({tuple(self._pins(v)) for v in variants}) > 1
+                else ""
+            )
+            + "The script exits 1 when it reproduces, 0 when clean, 125 when it cannot test "
+            "here."
         )
         sections = [Section(f"### Reproduction\n\n{intro}\n\n" + md.fence("\n".join(lines), "sh"))]
-        sections += self.code(script_first=True)
+        sections += self.code(self.needed_files(variants, shown))
         if bundle_hint:
             locks = [f"repros/{name}/locks/{v}.cpu.txt" for v in variants if v in self.files.locked]
             where = f" (the hashed locks: {', '.join(md.code(x) for x in locks)})" if locks else ""
@@ -193,10 +203,32 @@ class Builder:
             )
         return sections
 
-    def code(self, script_first: bool = True) -> list[Section]:
-        """The repro's script first, then its other files and the fixes its variants use."""
+    def needed_files(self, variants: Sequence[str], shown: Sequence[Record]) -> list[str]:
+        """The files the launcher lines of `variants` need: what their runs read (the
+        records' `files_read`, at the pins shown) when every variant's run says, else the
+        script's static import closure (`closure`); the configs they name, their fixes."""
+        launches = [self.repro.launch(v) for v in variants if v in self.repro.spec.variants]
+        fixes = {self.repro.variant(v).fix or "" for v in variants if v in self.repro.spec.variants}
+        script = self.repro.spec.repro.by_hand or self.repro.spec.repro.script
+        roots = [script, *(f"fixes/{f}.py" for f in sorted(fixes) if f)]
+        configs = [launch.config for launch in launches if launch.config]
+        files = {f.shown: f.text for f in self.files.sources}
+        read = {v: [n for r in shown if r.variant == v for n in r.files_read] for v in variants}
+        if all(read.values()):
+            wanted = {*roots, *configs, *(n for names in read.values() for n in names)}
+            if script != self.repro.spec.repro.script:  # the harness's wrapper: not shown
+                wanted.discard(self.repro.spec.repro.script)
+            return [name for name in files if name in wanted]
+        return closure.needed(files, roots, configs)
+
+    def code(self, wanted: Sequence[str] | None = None) -> list[Section]:
+        """The repro's script first, then the other files of `wanted` (default: every file
+        read) and the fixes. A file a shown command needs is dropped to fit a comment only
+        after the environment reports, and its stub names it."""
         sections = []
         for rank, found in enumerate(self.files.sources):
+            if wanted is not None and found.shown not in wanted:
+                continue
             lines = len(found.text.splitlines())
             sections.append(
                 Section(
@@ -204,10 +236,10 @@ class Builder:
                         f"{md.html_code(found.shown)} ({lines} lines)",
                         md.fence(found.text, found.lang),
                     ),
-                    drop=2 if rank == 0 else 4,
+                    drop=2 if rank == 0 else 3,
                     stub=f"*{md.code(found.shown)} ({lines} lines, {len(found.text):,} "
                     "characters) is not shown: with it the comment would pass GitHub's 65,536 "
-                    "characters.*",
+                    f"characters. Save it beside the others from {FILES_PLACE}.*",
                     source=found.path,
                     shown=found.shown,
                 )
@@ -300,7 +332,7 @@ class Builder:
                     sections.append(
                         Section(
                             md.details(summary, md.fence(report.text)),
-                            drop=3,
+                            drop=4,
                             stub=f"*{md.code(report.title)} omitted here for length.*",
                         )
                     )
@@ -344,8 +376,8 @@ class Builder:
     def title(self) -> Section:
         s = self.repro.spec.repro
         lines = [f"# {md.text(s.title)}", "", f"Upstream: {s.upstream}"]
-        if s.fix_links:
-            lines.append("Fixes and related: " + ", ".join(s.fix_links))
+        if s.fix_links:  # a paragraph of its own: markdown joins adjacent lines into one
+            lines += ["", "Fixes and related: " + ", ".join(s.fix_links)]
         return Section("\n".join(lines))
 
     def plots_section(self, made: Sequence[tuple[str, Path]], out: Path) -> Section:

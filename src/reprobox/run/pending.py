@@ -19,6 +19,7 @@ from reprobox.core.judge import Judgement, Launched, Status, judge, peek_verdict
 from reprobox.core.protocol import SCHEMA_VERSION, Verdict
 from reprobox.core.records import Record
 from reprobox.core.spec import Repro
+from reprobox.run import reads
 from reprobox.run.backend import RESULT_FILE, Case, LaunchRequest, Prepared
 
 
@@ -71,10 +72,12 @@ def judge_launch(
     """Each case of an ended launch through the one judge."""
     verdicts = [peek_verdict(case.result) for case in request.cases]
     known = [v for v in verdicts if v is not None]
+    read = reads.files_read(request.lead.run_dir, repro.dir, repro.fixes_dir)
     for item, case in zip(group, request.cases, strict=True):
         # A batch's ranks exit with the code of all its cases together.
         together = known if len(group) > 1 and len(known) == len(group) else None
         item.record.apply(judge_case(repro, case, launched, together), launched)
+        item.record.files_read = read  # a batch's: every case of its one launch
 
 
 def judge_case(

@@ -13,7 +13,7 @@ from reprobox.core.protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV
 from reprobox.core.settings import Settings, repro_cache
 from reprobox.core.spec import Repro
 from reprobox.envs import venvs
-from reprobox.run import devices, launcher, multinode
+from reprobox.run import devices, launcher, multinode, reads
 from reprobox.run.backend import (
     PLAN_FILE,
     PREFLIGHT_LOG,
@@ -73,7 +73,11 @@ class VenvBackend:
             CACHE_ENV: cache,
             **spec.env,
             **protocol,
-            "PYTHONPATH": str(request.repro.fixes_dir),
+            # fixes/ first; then the hook noting which repro files the launch reads (reads.py)
+            "PYTHONPATH": os.pathsep.join(
+                [str(request.repro.fixes_dir), str(reads.hook_dir(self.settings.cache))]
+            ),
+            **reads.launch_env(lead.run_dir, [request.repro.dir, request.repro.fixes_dir]),
             "PATH": os.pathsep.join([str(env.path / "bin"), os.environ.get("PATH", "")]),
             "VIRTUAL_ENV": str(env.path),
         }
