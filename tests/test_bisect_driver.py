@@ -141,7 +141,7 @@ def test_a_noisy_regression_is_found_with_its_confidence_and_runs(tmp_path: Path
     assert summary.status == "found", summary.result
     assert (summary.first, summary.last_start) == ("4.48.0", "4.47.1")
     assert summary.strategy == "flaky" and summary.confidence is not None
-    assert summary.confidence >= 0.99 and summary.target_confidence == 0.99
+    assert summary.confidence >= 0.999 and summary.target_confidence == 0.999
     assert summary.runs == len(history.calls) == sum(n for _, n in summary.outcomes.values())
     assert len(set(history.calls)) == len(history.calls)  # a re-probe is a new attempt
     assert any(attempt > 1 for _, attempt in history.calls)
@@ -189,7 +189,7 @@ def test_out_of_runs_it_is_undecided_and_names_the_candidates(tmp_path: Path) ->
     assert summary.status == "undecided" and summary.runs == 4, summary.result
     assert summary.first is None and summary.candidates
     assert summary.result.startswith(
-        "undecided after 4 runs (target 0.99): the first reproducing release could be "
+        "undecided after 4 runs (target 0.999): the first reproducing release could be "
     )
     assert "higher --max-runs" in summary.result
 

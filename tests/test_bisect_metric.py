@@ -79,7 +79,7 @@ def test_a_metric_bisect_resumes_from_its_log(tmp_path: Path) -> None:
     first = _bisect(tmp_path, Drifting(), strategy=Strategy(flaky=True, metric="loss_gap",
                                                             max_runs=30))  # fmt: skip
     assert first.status == "undecided" and first.runs == 30
-    assert first.result.startswith("undecided after 30 runs (target 0.99): where loss_gap's")
+    assert first.result.startswith("undecided after 30 runs (target 0.999): where loss_gap's")
     history = Drifting()
     resumed = _bisect(tmp_path, history)
     assert resumed.status == "found" and resumed.first == "4.48.0"

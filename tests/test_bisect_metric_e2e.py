@@ -113,7 +113,7 @@ def _bisect(good: str, bad: str, *more: str) -> tuple[int, str, BisectSummary]:
 
 def test_a_shift_is_named_from_the_metric(drift_root: Path) -> None:
     code, last, summary = _bisect("1.0.0", "1.3.0", "--max-runs", "20")
-    assert code == 1 and last.startswith("undecided after 20 runs (target 0.99): "), last
+    assert code == 1 and last.startswith("undecided after 20 runs (target 0.999): "), last
     code, last, summary = _bisect("1.0.0", "1.3.0")  # resumes the 20 above
     print(last)  # shown with -s: the answer, its runs
     assert code == 0, last

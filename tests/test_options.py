@@ -126,7 +126,7 @@ def test_the_flaky_options_parse_as_specified() -> None:
     parser = _parser_with("flaky", "confidence", "max_runs")
     args = parser.parse_args([])
     # --max-runs: None, the strategy's default (300 verdicts; 2000 launches of a metric)
-    assert (args.flaky, args.confidence, args.max_runs) == (None, 0.99, None)
+    assert (args.flaky, args.confidence, args.max_runs) == (None, 0.999, None)
     args = parser.parse_args(["--flaky", "--confidence", "0.9", "--max-runs", "40"])
     assert (args.flaky, args.confidence, args.max_runs) == (True, 0.9, 40)
     assert parser.parse_args(["--flaky", "false"]).flaky is False

@@ -279,7 +279,7 @@ def shift_search(
     items: Sequence[T],
     probe: MetricProbe[T],
     *,
-    confidence: float = 0.99,
+    confidence: float = 0.999,
     max_runs: int = 1000,
     workers: int = 1,
     seed: int = 0,

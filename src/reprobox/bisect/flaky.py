@@ -247,7 +247,7 @@ def flaky_search(
     items: Sequence[T],
     probe: Probe[T] | None = None,
     *,
-    confidence: float = 0.99,
+    confidence: float = 0.999,
     max_runs: int = 300,
     workers: int = 1,
     seed: int = 0,
