@@ -306,7 +306,7 @@ def test_the_cli_never_exits_0_on_an_undecided_bisect(
     # the same log: the 4 runs above are resumed, not counted again as verdicts on disk
     assert cli_main.main([*args, "--max-runs", "300"]) == 0
     out = capsys.readouterr().out.strip().splitlines()[-1]
-    assert out.startswith("first reproducing release: transformers 4.48.0 (posterior 0.99")
+    assert out.startswith("first reproducing release: transformers 4.48.0 (posterior ")
     with pytest.raises(SystemExit) as refused:  # refused as parsed: one line, exit 2
         cli_main.main([*args, "--confidence", "1.5"])
     assert refused.value.code == 2

@@ -123,3 +123,11 @@ def test_arguments_out_of_range_are_refused() -> None:
         shift_search([1, 2], Drift(culprit=None), confidence=1.0)
     with pytest.raises(ValueError, match="min_effect"):
         shift_search([1, 2], Drift(culprit=None), min_effect=0)
+
+
+def test_a_posterior_is_never_shown_as_a_certainty_it_is_not() -> None:
+    from reprobox.bisect.summary import shown_posterior
+
+    assert shown_posterior(0.99951) == "> 0.999"  # not "1.000"
+    assert shown_posterior(0.99949) == "0.999"
+    assert shown_posterior(0.98765) == "0.987"  # floored: never more sure than it is

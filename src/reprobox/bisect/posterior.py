@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from reprobox.bisect.flaky import FlakyAnswer, Observation, flaky_search
-from reprobox.bisect.summary import BisectSummary, verdict_word
+from reprobox.bisect.summary import BisectSummary, shown_posterior, verdict_word
 from reprobox.core.protocol import Verdict
 
 if TYPE_CHECKING:
@@ -179,6 +179,7 @@ def _line(
     axis = run.axis
     subject = axis.subject
     runs = f"after {answer.runs} runs"
+    sure = shown_posterior(answer.confidence)
     kind = verdict_word(summary.end_verdict)
     counts = {item: (k, n) for item, k, n in answer.counts}
 
@@ -198,7 +199,7 @@ def _line(
         else:
             seen = f"reproduces in {rate} before {first}, {k_good} of {n_good} at and after"
         return (
-            f"first {kind} {axis.word}: {subject}{first} (posterior {answer.confidence:.3f} "
+            f"first {kind} {axis.word}: {subject}{first} (posterior {sure} "
             f"{runs}; {seen}; {summary.assumption})"
         )
     k_all, n_all = tally(order)
@@ -206,7 +207,7 @@ def _line(
         throughout = "reproducing" if answer.throughout == "reproduced" else "clean"
         return (
             f"no change in the range: {throughout} throughout {subject}{axis.ends[0]} to "
-            f"{axis.ends[1]} (posterior {answer.confidence:.3f} {runs}; reproduces in {k_all} "
+            f"{axis.ends[1]} (posterior {sure} {runs}; reproduces in {k_all} "
             f"of {n_all} runs; {summary.assumption})"
         )
     listed = ", ".join(

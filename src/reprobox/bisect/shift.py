@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from reprobox.bisect.changepoint import Level, ShiftAnswer, shift_search
-from reprobox.bisect.summary import BisectSummary
+from reprobox.bisect.summary import BisectSummary, shown_posterior
 
 if TYPE_CHECKING:
     from reprobox.bisect.driver import Run
@@ -115,19 +115,20 @@ def _line(run: Run[T], summary: BisectSummary, answer: ShiftAnswer[T]) -> str:
     axis, metric = run.axis, summary.metric
     subject = axis.subject
     runs = f"after {answer.runs} runs"
+    sure = shown_posterior(answer.confidence)
     if summary.status == "found" and answer.before is not None and answer.after is not None:
         first = summary.first or ""
         shift = f"{answer.effect:+.2f} sd" if answer.effect is not None else "shifted"
         return (
             f"first {axis.word} where {metric}'s mean shifts: {subject}{first} (posterior "
-            f"{answer.confidence:.3f} {runs}; mean {_mean(answer.after)} at and after {first}, "
+            f"{sure} {runs}; mean {_mean(answer.after)} at and after {first}, "
             f"{_mean(answer.before)} before: {shift}; {summary.assumption})"
         )
     if summary.status == "no-change":
         return (
             f"no change in the range: {metric}'s mean is the same throughout {subject}"
             f"{axis.ends[0]} to {axis.ends[1]} within {answer.min_effect:g} sd (posterior "
-            f"{answer.confidence:.3f} {runs}; {summary.assumption})"
+            f"{sure} {runs}; {summary.assumption})"
         )
     listed = ", ".join(
         f"{subject}{axis.describe(item)} ({p:.2f})" if item is not None else f"no change ({p:.2f})"

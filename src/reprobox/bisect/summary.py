@@ -275,6 +275,12 @@ def assumption(noun: str, ends: tuple[str, str], probed: int, total: int, extra:
     return f"{between}; {probed} of {total} {noun}s probed{extra}"
 
 
+def shown_posterior(p: float) -> str:
+    """A posterior as a line shows it, never rounded up to a certainty it is not: 0.9996 is
+    "> 0.999", not "1.000"."""
+    return "> 0.999" if p >= 0.9995 else f"{math.floor(p * 1000) / 1000:.3f}"
+
+
 def _tallies(summary: BisectSummary) -> list[str]:
     """Each item that disagreed with itself, with its count: `4.48.0 (reproduced in 1 of 2
     launches)`, from the probes the summary keeps."""
