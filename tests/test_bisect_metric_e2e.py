@@ -117,9 +117,7 @@ def test_a_shift_is_named_from_the_metric(drift_root: Path) -> None:
     code, last, summary = _bisect("1.0.0", "1.3.0")  # resumes the 20 above
     print(last)  # shown with -s: the answer, its runs
     assert code == 0, last
-    assert last.startswith(
-        f"first release where drift's mean shifts: {PACKAGE} 1.2.0 (posterior "
-    )
+    assert last.startswith(f"first release where drift's mean shifts: {PACKAGE} 1.2.0 (posterior ")
     assert summary.strategy == "shift" and summary.first == "1.2.0"
     assert summary.shift is not None and 0.6 < summary.shift < 1.6
     assert sum(p.resumed for p in summary.probes) == 20
