@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from reprobox.bisect.flaky import check_search
 from reprobox.core import stats
-from reprobox.core.counts import check_count
 
 T = TypeVar("T")
 # [(item, attempt), ...] -> each launch's metric value in order; None: cannot test (a skip)
@@ -292,15 +292,9 @@ def shift_search(
     resumes a search (max_runs = 0 only reads their posterior). A launch giving None skips
     its item: counted as a run, never probed again."""
     size = len(items)
-    if size < 2:
-        raise ValueError("need at least two items to bisect")
-    check_count("--workers", workers)
-    if not 0.5 < confidence < 1:
-        raise ValueError("confidence must be in (0.5, 1)")
+    check_search(size, workers, confidence, prior_no_change)
     if not 0 < min_effect < MAX_EFFECT:
         raise ValueError("min_effect must be a positive number of standard deviations")
-    if not 0 < prior_no_change < 1:
-        raise ValueError("prior_no_change must be in (0, 1)")
     log_prior = [math.log(prior_no_change)]
     log_prior += [math.log((1 - prior_no_change) / (size - 1))] * (size - 1)
     where = {item: i for i, item in enumerate(items)}

@@ -72,12 +72,13 @@ class _Model:
         rate: tuple[float, float],
         min_rate: float,
         false_rate: tuple[float, float],
+        gap: float,
     ) -> None:
         self.n, self.log_prior = n, log_prior
         self.rate, self.min_rate, self.false_rate = rate, min_rate, false_rate
-        self.gap = 0.0  # the least excess of the rate past the boundary over the one before
+        self.gap = gap  # the least excess of the rate past the boundary over the one before
         self._good: dict[tuple[int, int], tuple[float, float]] = {}
-        self._bad: dict[tuple[int, int, float], tuple[float, float]] = {}
+        self._bad: dict[tuple[int, int], tuple[float, float]] = {}
         self._pair: dict[tuple[int, int, int, int], tuple[float, float, float]] = {}
         self.grid = [(i + 0.5) / GRID for i in range(GRID)]
         self.logs = [(math.log(r), math.log1p(-r)) for r in self.grid]
@@ -127,26 +128,22 @@ class _Model:
             self._good[(k, n)] = (log_ml, (a + k) / (a + b + n))
         return self._good[(k, n)]
 
-    def bad(self, k: int, n: int, cut: float | None = None) -> tuple[float, float]:
-        """Past the boundary: the same, with the rate's Beta cut to [cut, 1] (a rate below
-        the smallest that matters is no reproduction: "no change" can be shown)."""
-        cut = self.min_rate if cut is None else cut
-        if (k, n, cut) not in self._bad:
+    def bad(self, k: int, n: int) -> tuple[float, float]:
+        """Past the boundary: the same, with the rate's Beta cut to [min_rate, 1] (a rate
+        below the smallest that matters is no reproduction: "no change" can be shown)."""
+        if (k, n) not in self._bad:
             a, b = self.rate
-            self._bad[(k, n, cut)] = (
-                self._log_mass(a + k, b + n - k, cut) - self._log_mass(a, b, cut),
-                math.exp(
-                    self._log_mass(a + k + 1, b + n - k, cut)
-                    - self._log_mass(a + k, b + n - k, cut)
-                ),
+            self._bad[(k, n)] = (
+                self._log_mass(a + k, b + n - k) - self._log_mass(a, b),
+                math.exp(self._log_mass(a + k + 1, b + n - k) - self._log_mass(a + k, b + n - k)),
             )
-        return self._bad[(k, n, cut)]
+        return self._bad[(k, n)]
 
-    def _log_mass(self, a: float, b: float, cut: float) -> float:
-        """log of the integral of p^(a-1) (1-p)^(b-1) over [cut, 1]."""
-        if cut <= 0:
+    def _log_mass(self, a: float, b: float) -> float:
+        """log of the integral of p^(a-1) (1-p)^(b-1) over [min_rate, 1]."""
+        if self.min_rate <= 0:
             return _log_beta(a, b)
-        upper = stats.betainc(b, a, 1.0 - cut)  # I_{1-m}(b, a): no cancellation
+        upper = stats.betainc(b, a, 1.0 - self.min_rate)  # I_{1-m}(b, a): no cancellation
         return _log_beta(a, b) + math.log(max(upper, 1e-300))
 
 
@@ -266,20 +263,13 @@ def flaky_search(
     search (max_runs = 0 only reads their posterior). A probe giving None or cannot_test
     skips the item: it is counted as a run and never probed again."""
     size = len(items)
-    if size < 2:
-        raise ValueError("need at least two items to bisect")
-    check_count("--workers", workers)
-    if not 0.5 < confidence < 1:
-        raise ValueError("confidence must be in (0.5, 1)")
+    check_search(size, workers, confidence, prior_no_change)
     if not 0 <= min_rate < 1:
         raise ValueError("min_rate must be in [0, 1)")
-    if not 0 < prior_no_change < 1:
-        raise ValueError("prior_no_change must be in (0, 1)")
     log_change = math.log((1 - prior_no_change) / (size - 1))
     log_none = math.log(prior_no_change / 2)
     log_prior = [log_none, *[log_change] * (size - 1), log_none]
-    model = _Model(size, log_prior, rate_prior, min_rate, false_rate_prior)
-    model.gap = min_gap
+    model = _Model(size, log_prior, rate_prior, min_rate, false_rate_prior, min_gap)
     where = {item: i for i, item in enumerate(items)}
     k, n = [0] * size, [0] * size
     allowed = [True] * size
@@ -326,6 +316,17 @@ def flaky_search(
             usable = verdict in (Verdict.REPRODUCED, Verdict.CLEAN)
             take(index, (verdict is Verdict.REPRODUCED) if usable else None)
     return _answer(items, w, k, n, seen, confidence, _short_of(w, n, allowed, confidence) is None)
+
+
+def check_search(size: int, workers: int, confidence: float, prior_no_change: float) -> None:
+    """ValueError for what no posterior search can take (shared with bisect.changepoint)."""
+    if size < 2:
+        raise ValueError("need at least two items to bisect")
+    check_count("--workers", workers)
+    if not 0.5 < confidence < 1:
+        raise ValueError("confidence must be in (0.5, 1)")
+    if not 0 < prior_no_change < 1:
+        raise ValueError("prior_no_change must be in (0, 1)")
 
 
 def _short_of(w: list[float], n: list[int], allowed: list[bool], target: float) -> list[int] | None:
