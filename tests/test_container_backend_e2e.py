@@ -15,33 +15,29 @@ docker" has the last test compare the two.
 
 from __future__ import annotations
 
-import hashlib
-import http.server
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from packaging.version import Version
+from wheel_index import WheelIndex, write_wheel
 
 from conftest import ROOT, newest_records, reprobox
 from reprobox.core import spec
 from reprobox.core.errors import ExitCode
-from reprobox.envs.uv import uv_bin
 from reprobox.run.backends import container as images
 
 pytestmark = [pytest.mark.e2e, pytest.mark.container]
 BASE = os.environ.get("REPROBOX_BASE_IMAGE", "localhost/reprobox-base:bookworm-py3.11")
 PACKAGE = "reprobox-gatepkg"
 VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0"]  # GATE on from 1.3.0
-JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 
 TOML = f"""\
 [repro]
@@ -105,19 +101,6 @@ if args.mode == "dies":  # a clean result on disk, then it waits to be killed (t
 raise SystemExit(1 if hit else 0)
 """
 
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "{name}"
-version = "{version}"
-
-[tool.setuptools]
-packages = ["gatepkg"]
-"""
-
 
 @pytest.fixture(scope="module")
 def engine() -> images.Engine:
@@ -141,60 +124,11 @@ def gate_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     """(the index URL, the wheels folder): every release as a real wheel."""
     out = tmp_path_factory.mktemp("gate-wheels")
     for version in VERSIONS:
-        source = tmp_path_factory.mktemp(f"gate-{version}")
-        (source / "pyproject.toml").write_text(PYPROJECT.format(name=PACKAGE, version=version))
-        (source / "gatepkg").mkdir()
         gate = Version(version) >= Version("1.3.0")
-        (source / "gatepkg" / "__init__.py").write_text(f"GATE = {gate}\nVERSION = {version!r}\n")
-        subprocess.run(
-            [uv_bin(), "build", "--wheel", "--quiet", "--out-dir", str(out), str(source)],
-            check=True,
-        )
-    wheels = {w.name: w for w in sorted(out.glob("*.whl"))}
-    page = json.dumps({
-        "meta": {"api-version": "1.0"},
-        "name": PACKAGE,
-        "files": [
-            {"filename": name, "url": f"/files/{name}",
-             "hashes": {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()}}
-            for name, path in wheels.items()
-        ],
-    }).encode()  # fmt: skip
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_HEAD(self) -> None:
-            self._answer(head=True)
-
-        def do_GET(self) -> None:
-            self._answer(head=False)
-
-        def _answer(self, *, head: bool) -> None:
-            path = self.path.split("?")[0]
-            if path.rstrip("/") == f"/simple/{PACKAGE}":
-                body, kind = page, JSON_TYPE
-            elif path.startswith("/files/") and path[7:] in wheels:
-                body, kind = wheels[path[7:]].read_bytes(), "application/octet-stream"
-            else:
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if not head:
-                self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple", out
-    finally:
-        server.shutdown()
-        server.server_close()
+        init = f"GATE = {gate}\nVERSION = {version!r}\n"
+        write_wheel(out, PACKAGE, version, {"gatepkg/__init__.py": init})
+    with WheelIndex([out]) as index:
+        yield index.url, out
 
 
 @pytest.fixture
