@@ -131,3 +131,9 @@ def test_a_posterior_is_never_shown_as_a_certainty_it_is_not() -> None:
     assert shown_posterior(0.99951) == "> 0.999"  # not "1.000"
     assert shown_posterior(0.99949) == "0.999"
     assert shown_posterior(0.98765) == "0.987"  # floored: never more sure than it is
+
+
+def test_a_summary_never_keeps_a_posterior_rounded_up_to_one() -> None:
+    from reprobox.bisect.summary import kept_posterior
+
+    assert kept_posterior(0.99996) == 0.9999 and kept_posterior(0.5) == 0.5

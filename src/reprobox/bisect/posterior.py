@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from reprobox.bisect.flaky import FlakyAnswer, Observation, flaky_search
-from reprobox.bisect.summary import BisectSummary, shown_posterior, verdict_word
+from reprobox.bisect.summary import BisectSummary, kept_posterior, shown_posterior, verdict_word
 from reprobox.core.protocol import Verdict
 
 if TYPE_CHECKING:
@@ -114,10 +114,10 @@ def summarize(run: Run[T]) -> BisectSummary:
         "yanked": axis.yanked,
         "start_verdict": (Verdict.REPRODUCED if newest_first else Verdict.CLEAN).value,
         "end_verdict": (Verdict.CLEAN if newest_first else Verdict.REPRODUCED).value,
-        "confidence": round(answer.confidence, 4),
+        "confidence": kept_posterior(answer.confidence),
         "target_confidence": run.strategy.confidence,
-        "no_change": round(answer.no_change, 4),
-        "posterior": {first_of(item): round(p, 4) for item, p in answer.posterior},
+        "no_change": kept_posterior(answer.no_change),
+        "posterior": {first_of(item): kept_posterior(p) for item, p in answer.posterior},
         "outcomes": {name(item): [k, n] for item, k, n in answer.counts},
         "agreeing": held.used if held is not None and held.holds else 0,
     }

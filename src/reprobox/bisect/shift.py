@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from reprobox.bisect.changepoint import Level, ShiftAnswer, shift_search
-from reprobox.bisect.summary import BisectSummary, shown_posterior
+from reprobox.bisect.summary import BisectSummary, kept_posterior, shown_posterior
 
 if TYPE_CHECKING:
     from reprobox.bisect.driver import Run
@@ -57,10 +57,10 @@ def summarize(run: Run[T]) -> BisectSummary:
         "strategy": "shift",
         "yanked": axis.yanked,
         "metric": run.strategy.metric,
-        "confidence": round(answer.confidence, 4),
+        "confidence": kept_posterior(answer.confidence),
         "target_confidence": run.strategy.confidence,
-        "no_change": round(answer.no_change, 4),
-        "posterior": {name(item): round(p, 4) for item, p in answer.posterior},
+        "no_change": kept_posterior(answer.no_change),
+        "posterior": {name(item): kept_posterior(p) for item, p in answer.posterior},
         "levels": {name(item): _level(level) for item, level in answer.levels},
         "min_shift": answer.min_effect,
         "shift": round(answer.effect, 4) if answer.effect is not None else None,

@@ -275,6 +275,11 @@ def assumption(noun: str, ends: tuple[str, str], probed: int, total: int, extra:
     return f"{between}; {probed} of {total} {noun}s probed{extra}"
 
 
+def kept_posterior(p: float) -> float:
+    """A posterior as a summary keeps it: floored to 4 places, so 0.99996 is never 1.0."""
+    return math.floor(p * 10_000) / 10_000
+
+
 def shown_posterior(p: float) -> str:
     """A posterior as a line shows it, never rounded up to a certainty it is not: 0.9996 is
     "> 0.999", not "1.000"."""
