@@ -5,6 +5,7 @@ says the answer is one of two commits instead of naming the broken one."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ from test_bundle import _bare_env
 
 from conftest import reprobox
 from reprobox.core.bisect_codes import bisect_code
-from reprobox.report.bundle_run import RUN_SH_CODES, verdict_case_lines
+from reprobox.report.bundle_run import RUN_SH_CODES, SUMS_FILE, verdict_case_lines
 
 
 def test_run_sh_verdict_maps_each_status_by_the_verdict_rule() -> None:
@@ -41,7 +42,10 @@ def _commit(repo: Path, message: str) -> str:
 
 
 def _history(bundle: Path, repo: Path) -> list[str]:
-    """good, good, environment broken (a hash that cannot match: exit 3), bad."""
+    """good, good, environment broken (a pin no index has: exit 3), bad. The broken commit
+    is a regenerated bundle (its SHA256SUMS agrees with its lock), as a real history's
+    would be: a lock that differs from its sums, or a download that does not match its
+    hash, is an integrity error (exit 6, 255 under git bisect), never a skip."""
     shutil.copytree(bundle, repo)
     (repo / ".gitignore").write_text(".venv-*/\nlogs/\nresult-*.json\n")
     assert _git(repo, "init", "-q").returncode == 0
@@ -53,12 +57,22 @@ def _history(bundle: Path, repo: Path) -> list[str]:
     env_id = re.search(r"clean\) echo ([0-9a-f]{10}) ;;", good_sh)
     assert env_id is not None
     run_sh.write_text(good_sh.replace(env_id[1], "0" * 10))  # a new environment for the lock
-    req.write_text(re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, good_req))
+    sums = repo / SUMS_FILE
+    good_sums = sums.read_text()
+    broken = good_req + f"packaging==0.0.0.post999 --hash=sha256:{'0' * 64}\n"
+    req.write_text(broken)
+    sums.write_text(good_sums.replace(_sha256(good_req), _sha256(broken)))
+    assert _sha256(broken) in sums.read_text()
     shas.append(_commit(repo, "a lock that does not install"))
     req.write_text(good_req)
+    sums.write_text(good_sums)
     run_sh.write_text(good_sh.replace("--mode clean", "--mode reproduced"))
     shas.append(_commit(repo, "the bug"))
     return shas
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _bisect(repo: Path, shas: list[str], env: dict[str, str], *run: str) -> str:
