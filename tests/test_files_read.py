@@ -1,4 +1,5 @@
-"""The files a launch reads (run/reads.py): what a report's pasted comment must hold.
+"""The files a launch reads (run/sitehook.py notes them, run/reads.py reads the notes): what a
+report's pasted comment must hold.
 
 Real processes with the harness's `sitecustomize` on their PYTHONPATH, as the venv back end
 starts ranks: a module picked by a runtime value is noted only when imported, a config only
@@ -13,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reprobox.run import reads
+from reprobox.run import reads, sitehook
 
 SCRIPT = """\
 import importlib, os, sys
@@ -42,8 +43,8 @@ def _launch(tmp_path: Path, repro: Path, fixes: Path, *args: str) -> subprocess.
     run_dir = tmp_path / "run"
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "REPRO"))},
-        "PYTHONPATH": os.pathsep.join([str(fixes), str(reads.hook_dir(tmp_path / "cache"))]),
-        **reads.launch_env(run_dir, [repro, fixes]),
+        "PYTHONPATH": os.pathsep.join([str(fixes), str(sitehook.hook_dir(tmp_path / "cache"))]),
+        **sitehook.launch_env(run_dir, [repro, fixes]),
     }
     return subprocess.run(
         [sys.executable, str(repro / "toy.py"), *args],
@@ -78,9 +79,44 @@ def test_a_process_that_never_exits_cleanly_has_noted_what_it_read(tmp_path: Pat
 
 def test_without_the_variables_the_hook_is_inert(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "REPRO"))}
-    env["PYTHONPATH"] = str(reads.hook_dir(tmp_path / "cache"))
+    env["PYTHONPATH"] = str(sitehook.hook_dir(tmp_path / "cache"))
     done = subprocess.run(
         [sys.executable, "-c", "import sys; print(len(sys.modules) > 0)"],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+
+
+FORKER = """\
+import os, sys, threading, time
+import common
+stop = threading.Event()
+def busy():  # another thread opening the repro's files while the main thread forks
+    while not stop.is_set():
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "a.yaml")) as f:
+            f.read()
+threading.Thread(target=busy, daemon=True).start()
+for _ in range(20):
+    pid = os.fork()
+    if pid == 0:
+        import gen_old
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, status
+stop.set()
+"""
+
+
+def test_a_child_forked_beside_a_busy_thread_notes_its_own_reads(tmp_path: Path) -> None:
+    """torchrun's `--start_method fork` forks ranks from a process with threads: the hook
+    holds no lock a fork could copy held (raw appends), and a forked child notes what it
+    reads in a file of its own."""
+    repro, fixes = _repro(tmp_path)
+    (repro / "toy.py").write_text(FORKER)
+    done = _launch(tmp_path, repro, fixes)
+    assert done.returncode == 0, done.stderr
+    assert reads.files_read(tmp_path / "run", repro, fixes) == [
+        "a.yaml", "common.py", "gen_old.py", "toy.py"
+    ]  # fmt: skip
+    notes = list((tmp_path / "run" / reads.FOLDER).glob("*.txt"))
+    assert len(notes) == 21  # the parent and its 20 children, one file each

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from reprobox.core.errors import BadInput, ExitCode, Terminated, interrupt_code
-from reprobox.run import interrupts
+from reprobox.run import interrupts, sitehook
 from reprobox.run import launcher as launch
 
 
@@ -451,3 +451,28 @@ def test_a_reaped_rank_s_group_id_is_never_signalled(tmp_path: Path) -> None:
     finally:
         foreign.kill()
         foreign.wait()
+
+
+def test_a_hung_launch_leaves_each_python_process_s_stacks(tmp_path: Path, bin_dir: Path) -> None:
+    """With the harness's sitecustomize on the path, a launch past its timeout is asked for
+    every thread's Python stack before it is killed: the dump names the function each rank
+    was stuck in. A launch that ends by itself leaves no stack files."""
+    hook = sitehook.hook_dir(tmp_path / "cache")
+    env = {"PYTHONPATH": str(hook), **sitehook.launch_env(tmp_path / "logs", [tmp_path / "r"])}
+    plan = _plan(tmp_path, bin_dir, """
+        import threading, time
+        def stuck_in_a_collective():
+            threading.Event().wait()
+        stuck_in_a_collective()
+    """, processes=2, timeout=3, env=env)  # fmt: skip
+    outcome = launch.run(plan)
+    assert outcome.timed_out and len(outcome.stacks) == 2, outcome
+    for dump in outcome.stacks:
+        assert dump.parent == tmp_path / "logs" / sitehook.STACKS
+        assert "in stuck_in_a_collective" in dump.read_text(), dump.read_text()
+    env = {"PYTHONPATH": str(hook), **sitehook.launch_env(tmp_path / "ended", [tmp_path / "r"])}
+    ended = _plan(tmp_path, bin_dir, "print('done')", processes=2, env=env,
+                  log_dir=tmp_path / "ended")  # fmt: skip
+    outcome = launch.run(ended)
+    assert outcome.returncode == 0 and outcome.stacks == ()
+    assert list((tmp_path / "ended" / sitehook.STACKS).glob("*")) == []

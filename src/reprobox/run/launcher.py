@@ -41,7 +41,7 @@ from reprobox.core.processes import signal_group
 from reprobox.core.scrub import Scrubber
 from reprobox.core.spec import check_timeout
 from reprobox.core.spec_rules import refuse_nodes
-from reprobox.run import interrupts, multinode, phases, watchdog
+from reprobox.run import interrupts, multinode, phases, sitehook, watchdog
 from reprobox.run.guard import (
     PR_SET_CHILD_SUBREAPER,
     PR_SET_PDEATHSIG,
@@ -117,6 +117,7 @@ class LaunchOutcome:
     rank_logs: list[Path]
     killed_orphans: int = 0
     codes: tuple[int | None, ...] = ()  # each started process's own status, in rank order
+    stacks: tuple[Path, ...] = ()  # Python stacks dumped at a timeout (sitehook), one a process
 
 
 def one_process(plan: LaunchPlan, args: Sequence[str], log_name: str) -> LaunchPlan:
@@ -162,6 +163,7 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
     log = plan.log_dir / plan.log_name
     started = time.monotonic()
     procs: list[subprocess.Popen[bytes]] = []
+    stacks: list[Path] = []
     timed_out = finished = interrupted = False
     with log.open("wb") as sink:
         sink.write(f"$ {' '.join(plan.argv())}\n".encode())
@@ -180,6 +182,8 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
             # No signal may cut this short; one that arrives makes it kill at once, and is
             # raised after it unless an interrupt is already on its way.
             with interrupts.shielded(raise_pending=not interrupted):
+                # where each process was stuck, before it is killed (else: no empty files)
+                stacks = sitehook.dump_stacks(plan.log_dir, guard.launch.pids if timed_out else {})
                 if timed_out or not finished:
                     _terminate(procs)
                 orphans = guard.close(procs)
@@ -193,6 +197,7 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
         log=log,
         rank_logs=collect_rank_logs(plan.log_dir) if plan.rank_logs else _bounded(plan.log_dir),
         killed_orphans=orphans,
+        stacks=tuple(stacks),
     )
 
 

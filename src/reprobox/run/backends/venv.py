@@ -13,7 +13,7 @@ from reprobox.core.protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV
 from reprobox.core.settings import Settings, repro_cache
 from reprobox.core.spec import Repro
 from reprobox.envs import venvs
-from reprobox.run import devices, launcher, multinode, reads
+from reprobox.run import devices, launcher, multinode, sitehook
 from reprobox.run.backend import (
     PLAN_FILE,
     PREFLIGHT_LOG,
@@ -73,11 +73,11 @@ class VenvBackend:
             CACHE_ENV: cache,
             **spec.env,
             **protocol,
-            # fixes/ first; then the hook noting which repro files the launch reads (reads.py)
+            # fixes/ first; then the harness's sitecustomize (the files read, stacks on a hang)
             "PYTHONPATH": os.pathsep.join(
-                [str(request.repro.fixes_dir), str(reads.hook_dir(self.settings.cache))]
+                [str(request.repro.fixes_dir), str(sitehook.hook_dir(self.settings.cache))]
             ),
-            **reads.launch_env(lead.run_dir, [request.repro.dir, request.repro.fixes_dir]),
+            **sitehook.launch_env(lead.run_dir, [request.repro.dir, request.repro.fixes_dir]),
             "PATH": os.pathsep.join([str(env.path / "bin"), os.environ.get("PATH", "")]),
             "VIRTUAL_ENV": str(env.path),
         }
@@ -129,4 +129,15 @@ class VenvBackend:
             logs=request.lead.run_dir,
             last_error=last_error([outcome.log, *outcome.rank_logs]),
             launcher_stops_peers=not harness_ranks,
+            stopped=_stopped(outcome.stacks),
         )
+
+
+def _stopped(stacks: tuple[Path, ...]) -> str:
+    """What was done to a launch past its timeout, and where its stacks are, if any."""
+    if not stacks:
+        return "process tree killed"
+    return (
+        f"process tree killed; the Python stacks of {len(stacks)} of its processes at the "
+        f"timeout are in {stacks[0].parent.name}/"
+    )
