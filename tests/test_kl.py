@@ -4,6 +4,7 @@ run in test_repros_e2e.py, with the numbers they must show)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import statistics
@@ -372,3 +373,21 @@ def test_signed_kl_is_recorded_with_a_conclusion_from_its_own_numbers(
     assert "signed_kl_negative_mean" in record["reason"] and "n=3" in record["reason"]
     # the dtype split of #506 is there: the KL is not 0, only its sign is in question
     assert metrics["max_abs_logp_diff"] > 1e-3
+
+
+def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_held_one_kept(
+    tmp_path: Path,
+) -> None:
+    """torch's JIT build lock is a bare file: one left by a killed build made every later
+    launch of that environment wait on it forever. Stale means no process has it open."""
+    stale, held = tmp_path / "op_a" / "lock", tmp_path / "op_b" / "lock"
+    for lock in (stale, held):
+        lock.parent.mkdir()
+        lock.touch()
+    fd = os.open(held, os.O_RDONLY)  # as FileBaton.try_acquire keeps it while building
+    try:
+        assert ppo_step0.clear_stale_batons(str(tmp_path), settle_s=0.01) == [str(stale)]
+    finally:
+        os.close(fd)
+    assert not stale.exists() and held.exists()
+    assert ppo_step0.clear_stale_batons(str(tmp_path / "missing"), settle_s=0.01) == []

@@ -211,6 +211,82 @@ def extensions_dir() -> str:
     return os.path.join(base, "reprobox", "torch_extensions", key)
 
 
+def build_ops_first(log) -> None:
+    """Build (or load) the op DeepSpeed JIT-builds at its first init (deepspeed_shm_comm on
+    CPU) before any rank gets there, one process at a time, under an flock the kernel drops
+    when its holder dies; first removing the build locks a killed build left.
+
+    DeepSpeed's own build at init waits on torch's bare-file lock, which a killed build
+    leaves behind for ever (`clear_stale_batons`); and a lock removed while another rank
+    waits on it makes that rank import a library nobody built. Under the flock no rank of
+    any launch of this environment is waiting when a stale lock is removed, and once the op
+    is built DeepSpeed's own load at init finds it and builds nothing."""
+    import fcntl
+
+    root = os.environ["TORCH_EXTENSIONS_DIR"]
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, ".reprobox-build.flock"), "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        for lock in clear_stale_batons(root):
+            log(f"removed a stale JIT-extension lock (its build was killed): {lock}")
+        import deepspeed.comm.torch as ds_torch
+
+        build = getattr(ds_torch, "build_shm_op", None)  # DeepSpeed's own; absent: none
+        if build is not None:
+            build()
+
+
+def clear_stale_batons(root: str, settle_s: float = 1.0) -> list[str]:
+    """Remove the JIT-extension locks under `root` that no process holds; the ones removed.
+
+    torch's build lock (`FileBaton`) is a bare file, created with O_EXCL and held open by its
+    builder until just before it is removed. A build killed mid-way (a timeout, Ctrl-C,
+    kill -9) leaves it behind, and every later load of the op in that folder waits on it
+    forever: DeepSpeed's `build_shm_op` at init hung every launch of an environment after
+    one such kill. A lock that no process has open is one whose builder is gone; each is
+    looked at again after `settle_s`, so a release between its close and its remove is not
+    mistaken for one. Without /proc nothing can be told, and nothing is removed."""
+    if not os.path.isdir("/proc/self/fd"):
+        return []
+    locks = [os.path.join(root, d, "lock") for d in _listdir(root)]
+    stale = [lock for lock in locks if os.path.exists(lock) and not _held_open(lock)]
+    if not stale:
+        return []
+    time.sleep(settle_s)
+    removed = []
+    for lock in stale:
+        if os.path.exists(lock) and not _held_open(lock):
+            try:
+                os.remove(lock)
+            except FileNotFoundError:
+                continue  # another rank removed it
+            removed.append(lock)
+    return removed
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _held_open(path: str) -> bool:
+    """Whether any process this user can see has `path` open (its descriptors in /proc)."""
+    real = os.path.realpath(path)
+    for pid in _listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        fds = os.path.join("/proc", pid, "fd")
+        for fd in _listdir(fds):
+            try:
+                if os.readlink(os.path.join(fds, fd)) == real:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 def preflight(args) -> dict:
     versions = {name: dist_version(name) for name in PACKAGES}
     for name in ("torch", "trl", "transformers", "accelerate"):
@@ -675,6 +751,8 @@ def main(argv=None) -> None:
             fix_note = fix_mod.apply() if hasattr(fix_mod, "apply") else "imported (no apply())"
             log(f"fix {args.fix}: {fix_note}")
         result["fix_note"] = fix_note
+        if not pre["cuda"]:
+            build_ops_first(log)
         adapter = importlib.import_module(
             {"old": "gen_old", "trainer": "gen_trainer", "experimental": "gen_experimental"}[
                 pre["generation"]
