@@ -1,6 +1,7 @@
 # reprobox entry points. A fresh machine needs only python3 (3.11) and make:
 #   make repro   the main job: every repro's default variants on CPU, a verdict table at the end
-#   make test    the test suite (unit tests + real end-to-end runs of each repro), on
+#   make test    the test suite (unit tests + real end-to-end runs of each repro; the nightly
+#                tier, `make test-nightly`, apart), on
 #                REPROBOX_TEST_WORKERS pytest-xdist workers (default the cores, at most 8, + 2:
 #                two of them mostly wait on Slurm; 0 = one process); make test-quick, the unit
 #                tier, on 2
@@ -16,7 +17,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NOX := $(BIN)/nox
 
-.PHONY: repro test test-quick lint lock verdicts clean system system-compilers
+.PHONY: repro test test-nightly test-quick lint lock verdicts clean system system-compilers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +36,11 @@ repro: system-compilers $(STAMP)
 	@$(NOX) -t default $(if $(RESUME),-- --resume); status=$$?; $(NOX) -s verdicts; exit $$status
 
 test: system $(STAMP)
-	$(NOX) -s tests
+	$(NOX) -s tests -- -m "not nightly"
+
+# the longest real runs (kl's pasted comment under plain pip), run nightly by CI
+test-nightly: system $(STAMP)
+	$(NOX) -s tests -- -m nightly
 
 test-quick: $(STAMP)
 	REPROBOX_TEST_WORKERS=$${REPROBOX_TEST_WORKERS:-2} $(NOX) -s tests -- -m "not e2e and not slow and not container"
