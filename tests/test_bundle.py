@@ -483,25 +483,30 @@ CUT_OFF = "http://127.0.0.1:9"
 
 
 @pytest.mark.e2e
-def test_lm_head_rebuilds_from_its_wheelhouse_with_the_index_cut_off(
-    root: Path, tmp_path: Path, default_runs: Callable[[str], SharedRun]
+@pytest.mark.parametrize(
+    # kl's also builds DeepSpeed from its sdist and runs three DeepSpeed launches: nightly
+    "name",
+    ["lm_head", pytest.param("kl", marks=[pytest.mark.slow, pytest.mark.nightly])],
+)
+def test_a_repro_rebuilds_from_its_wheelhouse_with_the_index_cut_off(
+    name: str, root: Path, tmp_path: Path, default_runs: Callable[[str], SharedRun]
 ) -> None:
-    """Durability: `bundle --wheelhouse DIR` carries every file lm_head's lock installs (DIR
-    filled with them first; what else DIR holds stays out), and the
-    untarred bundle rebuilds the environment from the lock with no index (uv's cache empty,
-    every index and proxy pointed at a port nothing answers, the machine's find-links
-    gone) and gives the verdicts `reprobox run` recorded."""
-    recorded = default_runs("lm_head")
+    """Durability: `bundle --wheelhouse DIR` carries every file the repro's locks install
+    (DIR filled with them first; what else DIR holds stays out), and the
+    untarred bundle rebuilds the environments from the locks with no index (uv's cache
+    empty, every index and proxy pointed at a port nothing answers, the machine's
+    find-links gone) and gives the verdicts `reprobox run` recorded."""
+    recorded = default_runs(name)
     assert recorded.returncode == 0, recorded.stderr
-    verdicts = {k: r["verdict"] for k, r in newest_records(recorded.results, "lm_head").items()}
+    verdicts = {k: r["verdict"] for k, r in newest_records(recorded.results, name).items()}
     house = tmp_path / "house"
     house.mkdir()
     (house / "reprobox_unpinned-0.1.0-py3-none-any.whl").write_bytes(b"not pinned: never carried")
-    made = reprobox("bundle", "lm_head", "--wheelhouse", str(house), "-o",
-                    str(tmp_path / "bundle"))  # fmt: skip
+    made = reprobox("bundle", name, "--wheelhouse", str(house), "-o",
+                    str(tmp_path / "bundle"), timeout=1800)  # fmt: skip
     assert made.returncode == 0, made.stderr
     assert "bundle: wheelhouse/ holds " in made.stderr, made.stderr
-    folder = _unpack(tmp_path / "bundle" / "lm_head-bundle.tar.gz", tmp_path / "unpacked")
+    folder = _unpack(tmp_path / "bundle" / f"{name}-bundle.tar.gz", tmp_path / "unpacked")
     carried = {p.name for p in (folder / "wheelhouse").iterdir()}
     assert any(name.startswith("torch-") for name in carried)
     assert "reprobox_unpinned-0.1.0-py3-none-any.whl" not in carried
@@ -514,7 +519,7 @@ def test_lm_head_rebuilds_from_its_wheelhouse_with_the_index_cut_off(
         "PIP_CONFIG_FILE": os.devnull,
     })  # fmt: skip
     ran = subprocess.run(["./run.sh", "all"], cwd=folder, env=env, capture_output=True,
-                         text=True, timeout=1200)  # fmt: skip
+                         text=True, timeout=2400)  # fmt: skip
     out = ran.stdout + ran.stderr
     assert ran.returncode == 0, (
         out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import re
 import pytest
 
 from conftest import reprobox
@@ -231,3 +232,37 @@ def test_bad_input_through_the_cli_is_one_line_and_exit_2(
     assert len(lines) == 1 and lines[0].startswith("reprobox: error: "), done.stderr
     assert message in lines[0], lines[0]
     assert not (scratch_root / "results").exists()  # refused before anything ran
+
+
+TRUTH = """
+[truth]
+package = "transformers"
+last_good = "4.47.1"
+first_bad = "4.48.0"
+first_fixed = "4.48.1"
+reported_in = "trl"
+symptom = "metric"
+verified = "every release from 4.47.0 to 4.48.2, one launch each"
+"""
+
+
+def test_a_corpus_repro_carries_its_truth_and_its_own_nox_tag(scratch_root: Path) -> None:
+    """A `[truth]` makes a corpus repro: its default cell is tagged `corpus`, never `default`
+    (`make repro` keeps the three product repros), and its edges are in order."""
+    from reprobox.scaleout import noxview
+
+    write_repro(scratch_root, "x", GOOD + TRUTH)
+    repro = spec.load(scratch_root, "x")
+    assert repro.corpus and repro.spec.truth is not None and repro.spec.truth.cross_package
+    assert noxview.session_cells(scratch_root, "x")[1][0].tags == [noxview.CORPUS_TAG]
+    write_repro(scratch_root, "y", GOOD)
+    assert not spec.load(scratch_root, "y").corpus
+    assert noxview.session_cells(scratch_root, "y")[1][0].tags == [noxview.DEFAULT_TAG]
+    for change, message in [(('first_fixed = "4.48.1"', 'first_fixed = "4.47.0"'),
+                             "last_good < first_bad < first_fixed"),
+                            (('first_bad = "4.48.0"', 'first_bad = "4.48.x"'),
+                             "'4.48.x' is not a release version"),
+                            (('symptom = "metric"', 'symptom = "slow"'), "truth.symptom")]:  # fmt: skip
+        write_repro(scratch_root, "x", GOOD + TRUTH.replace(*change))
+        with pytest.raises(SpecError, match=re.escape(message)):
+            spec.load(scratch_root, "x")

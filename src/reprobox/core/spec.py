@@ -240,6 +240,43 @@ class ImageSection(_Section):
     system_packages: list[str] = []  # Debian/Ubuntu packages, in both targets
 
 
+class TruthSection(_Section):
+    """What really happened upstream, verified by running every release around each edge: a
+    corpus repro's answer key (`nox -s corpus` holds reprobox's answers against it)."""
+
+    package: str = Field(min_length=1)  # the package whose releases hold the edges
+    last_good: str
+    first_bad: str
+    first_fixed: str | None = None  # None: not fixed in any release yet
+    # the package the user reported the bug against, when the culprit is another one
+    reported_in: str | None = None
+    symptom: Literal["metric", "exception", "value"]
+    verified: str = Field(min_length=1)  # how the edges were verified: the command, the date
+
+    @field_validator("last_good", "first_bad", "first_fixed")
+    @classmethod
+    def _a_release(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                Version(value)
+            except InvalidVersion:
+                raise ValueError(f"{value!r} is not a release version") from None
+        return value
+
+    def model_post_init(self, context: Any, /) -> None:
+        edges = [Version(v) for v in (self.last_good, self.first_bad, self.first_fixed) if v]
+        if edges != sorted(set(edges)):
+            raise ValueError("last_good < first_bad < first_fixed must hold")
+
+    @property
+    def cross_package(self) -> bool:
+        """Whether the culprit is another package than the one the bug was reported in."""
+        reported = self.reported_in
+        return reported is not None and canonicalize_name(reported) != canonicalize_name(
+            self.package
+        )
+
+
 class ReproFile(_Section):
     repro: ReproSection
     launch: LaunchSection
@@ -250,6 +287,7 @@ class ReproFile(_Section):
     bisect: BisectSection | None = None
     platforms: dict[str, PlatformSection] = {}
     image: ImageSection = ImageSection()
+    truth: TruthSection | None = None  # a corpus repro's verified edges
 
 
 @dataclass(frozen=True)
@@ -268,6 +306,11 @@ class Repro:
     @property
     def script(self) -> Path:
         return self.dir / self.spec.repro.script
+
+    @property
+    def corpus(self) -> bool:
+        """A corpus repro (it has a `[truth]`): run by `nox -t corpus`, not `make repro`."""
+        return self.spec.truth is not None
 
     @cached_property
     def default_variants(self) -> list[str]:

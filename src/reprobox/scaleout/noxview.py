@@ -20,6 +20,7 @@ from reprobox.envs.index import IndexAxes, SimpleIndex
 
 DEFAULT_TAG = "default"
 MATRIX_TAG = "matrix"
+CORPUS_TAG = "corpus"  # a corpus repro's default cell: not in `nox -t default` (make repro)
 DEFAULT_CELL_ID = "default"
 
 
@@ -58,7 +59,7 @@ def session_cells(
     default = SessionCell(
         id=DEFAULT_CELL_ID,
         call_spec={"repro": name, "variant": DEFAULT_CELL, **dict.fromkeys(axes)},
-        tags=[DEFAULT_TAG],
+        tags=[CORPUS_TAG if repro.corpus else DEFAULT_TAG],
     )
     found = [default]
     for cell in cells:
