@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-import re
 import pytest
 
 from conftest import reprobox
@@ -258,11 +258,12 @@ def test_a_corpus_repro_carries_its_truth_and_its_own_nox_tag(scratch_root: Path
     write_repro(scratch_root, "y", GOOD)
     assert not spec.load(scratch_root, "y").corpus
     assert noxview.session_cells(scratch_root, "y")[1][0].tags == [noxview.DEFAULT_TAG]
-    for change, message in [(('first_fixed = "4.48.1"', 'first_fixed = "4.47.0"'),
-                             "last_good < first_bad < first_fixed"),
-                            (('first_bad = "4.48.0"', 'first_bad = "4.48.x"'),
-                             "'4.48.x' is not a release version"),
-                            (('symptom = "metric"', 'symptom = "slow"'), "truth.symptom")]:  # fmt: skip
+    broken = [
+        (('first_fixed = "4.48.1"', 'first_fixed = "4.47.0"'), "last_good < first_bad"),
+        (('first_bad = "4.48.0"', 'first_bad = "4.48.x"'), "'4.48.x' is not a release"),
+        (('symptom = "metric"', 'symptom = "slow"'), "truth.symptom"),
+    ]
+    for change, message in broken:
         write_repro(scratch_root, "x", GOOD + TRUTH.replace(*change))
         with pytest.raises(SpecError, match=re.escape(message)):
             spec.load(scratch_root, "x")
