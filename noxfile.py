@@ -3,6 +3,8 @@
 nox -t default                 every repro's default variants (the main job; `make repro`)
 nox -s repro_lm_head           every cell of one repro: the default cell and its matrix
 nox -s "repro_lm_head(default)"
+nox -t corpus                  every corpus repro's default variants (repros with a [truth])
+nox -s corpus [-- REPROS]      the corpus questions graded against each truth: docs/corpus.md
 nox -s verdicts                the newest verdict of every cell on disk, as a table
 nox -s lock [-- REPRO]         regenerate the committed locks from repro.toml
 nox -s tests [-- PYTEST ARGS]  the test suite
@@ -102,6 +104,13 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", *paths)
     session.run("lint-imports")  # the layer rules of pyproject's [tool.importlinter]
     session.run("mypy")  # strict on core and bisect ([tool.mypy])
+
+
+@nox.session(venv_backend="none")
+def corpus(session: nox.Session) -> None:
+    """Every corpus repro asked what its [truth] answers, graded: docs/corpus.md
+    (-- [REPROS] [--cases K]); `nox -t corpus` runs their default verdicts only."""
+    _harness(session, "corpus")
 
 
 @nox.session(venv_backend="none")

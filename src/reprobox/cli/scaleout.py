@@ -10,6 +10,7 @@ import argparse
 import json
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from reprobox.core.settings import Settings
 if TYPE_CHECKING:  # imported where used: the index's HTTP client and YAML are off the run path
     from reprobox.envs.index import IndexAxes
     from reprobox.scaleout import jobs
+    from reprobox.scaleout.corpus import Reply
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -112,6 +114,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "canary-plan", help="(repro, package) pairs for the nightly canary, as JSON"
     )
     canary.set_defaults(handler=cmd_canary_plan)
+
+    corpus = subparsers.add_parser(
+        "corpus",
+        help="ask every corpus repro the questions its [truth] answers; grade the answers",
+        description="For each corpus repro (a repro with a [truth]): its default verdicts, a "
+        "release bisect over a range holding the breaking edge, and a sweep over both edges, "
+        "each asked through this CLI with --json and graded against the truth (right, an "
+        "honest refusal, or wrong). Writes the table and totals as Markdown. Measured probes "
+        "are reused (each bisect and sweep resumes from its log). Exit 1 when any answer is "
+        "wrong.",
+    )
+    corpus.add_argument("repros", nargs="*", help="corpus repros (default: all of them)")
+    corpus.add_argument("--out", type=Path, help="the Markdown (default: docs/corpus.md)")
+    corpus.add_argument(
+        "--cases", type=options.positive_int, default=1, metavar="K",
+        help="cases asked at once (default 1)",
+    )  # fmt: skip
+    corpus.set_defaults(handler=cmd_corpus)
 
 
 def _axes(args: argparse.Namespace) -> IndexAxes:
@@ -261,3 +281,70 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError as exc:
         raise BadInput(f"{path}: {exc.strerror}") from None
+
+
+def cmd_corpus(args: argparse.Namespace) -> int:
+    from reprobox.scaleout import corpus
+
+    root = options.settings(args).root
+    names = args.repros or [n for n in spec.discover(root) if spec.load(root, n).corpus]
+    repros = [spec.load(root, name) for name in names]
+    not_corpus = [r.name for r in repros if not r.corpus]
+    if not_corpus:
+        raise BadInput(f"not corpus repros (no [truth]): {', '.join(not_corpus)}")
+    if not repros:
+        raise BadInput("no corpus repro (a repro with a [truth]) under repros/")
+    asked = corpus.ask_cases([corpus.questions(r) for r in repros], _ask_cli, args.cases)
+    out = args.out or root / "docs" / "corpus.md"
+    command = "reprobox corpus" + "".join(f" {n}" for n in args.repros)
+    out.write_text(corpus.markdown(asked, command))
+    wrong = [a for a in asked if a.grade == "wrong"]
+    for answer in asked:
+        q = answer.question
+        print(f"{q.case} {q.kind}: {answer.grade}: {answer.line} ({answer.why})")
+    print(f"corpus: {len(asked)} questions, {len(wrong)} answered wrong; table in {out}")
+    return 1 if wrong else 0
+
+
+def _ask_cli(arguments: Sequence[str]) -> Reply:
+    """One `reprobox` call: its JSON (stdout), its exit code, the CPU of its whole tree
+    (`wait4`: the child's rusage holds every descendant it waited for, which the harness
+    does for every rank) and its wall time; its progress goes on to stderr as it comes."""
+    import os
+    import subprocess
+    import threading
+    import time
+
+    from reprobox.scaleout.corpus import Reply
+
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "reprobox", *arguments],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    out: list[str] = []
+    err: list[str] = []
+
+    def read_out() -> None:
+        assert proc.stdout is not None
+        out.append(proc.stdout.read())
+
+    def read_err() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            err.append(line)
+            sys.stderr.write(line)
+
+    readers = [threading.Thread(target=read_out), threading.Thread(target=read_err)]
+    for reader in readers:
+        reader.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    for reader in readers:
+        reader.join()
+    text = "".join(out)
+    try:
+        data = json.loads(text) if text.strip() else None
+    except json.JSONDecodeError:
+        data = None
+    last = err[-1].strip() if err else ""
+    return Reply(code=proc.returncode, data=data, cpu_s=usage.ru_utime + usage.ru_stime,
+                 wall_s=time.monotonic() - started, error=last)  # fmt: skip

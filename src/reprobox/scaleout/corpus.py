@@ -1,0 +1,242 @@
+"""The corpus campaign: every corpus repro (one with a `[truth]`) is asked the questions its
+truth answers, through the CLI as a user would ask them, and each answer is held against
+that truth: right, an honest refusal, or wrong.
+
+Pure apart from the injected `Ask` (a CLI call: arguments in, exit code and JSON out): the
+questions come from the spec, the grading from the documented JSON (docs/json.md), so the
+grading is tested with canned answers and the campaign with real ones (`nox -s corpus`).
+A wrong answer is one printed as certain that the truth contradicts: a verdict that misses
+its variant's expectation, a boundary at another release, "no change" over a range that
+holds an edge, a sweep whose ranges are not the truth's. Anything that claims nothing (an
+undecided, flaky or non-monotone bisect, an error, cannot-test) is a refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any, Literal
+
+from packaging.version import Version
+
+from reprobox.core.spec import Repro, TruthSection
+
+QuestionKind = Literal["verdicts", "bisect", "sweep"]
+Grade = Literal["right", "refused", "wrong"]
+
+
+@dataclass(frozen=True)
+class Question:
+    case: str
+    kind: QuestionKind
+    args: tuple[str, ...]  # the `reprobox` arguments, `--json` included
+    truth: TruthSection
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What one CLI call gave: its exit code, its JSON (None when it printed none), and what
+    it cost (the CPU of the whole process tree, the wall time)."""
+
+    code: int
+    data: Any
+    cpu_s: float
+    wall_s: float
+    error: str = ""  # the last line of stderr, for an answer that is no answer
+
+
+@dataclass(frozen=True)
+class Answer:
+    question: Question
+    grade: Grade
+    line: str  # the answer as the CLI put it (the bisect's result line, the verdicts)
+    why: str  # what the grade rests on
+    runs: int
+    cpu_s: float
+    wall_s: float
+
+
+Ask = Callable[[Sequence[str]], Reply]
+
+
+def questions(repro: Repro) -> list[Question]:
+    """What the repro's truth answers: its default verdicts, a release bisect over a range
+    holding the breaking edge (the `[bisect]` range when it is over the truth's package,
+    else last good .. first bad), and a sweep over both edges."""
+    truth = repro.spec.truth
+    if truth is None:
+        return []
+    name = repro.name
+    section = repro.spec.bisect
+    good, bad, variant = truth.last_good, truth.first_bad, _broken(repro)
+    if section is not None and section.package == truth.package:
+        variant = section.variant
+        if section.good and section.bad and _holds_edge(section.good, section.bad, truth):
+            good, bad = section.good, section.bad
+    searched = ("--package", truth.package, "--variant", variant)
+    upper = truth.first_fixed or bad
+    return [
+        Question(name, "verdicts", ("run", name, "--json"), truth),
+        Question(name, "bisect", ("bisect", name, *searched, "--good", good, "--bad", bad,
+                                  "--json"), truth),
+        Question(name, "sweep", ("sweep", name, *searched, "--range", f">={good},<={upper}",
+                                 "--json"), truth),
+    ]  # fmt: skip
+
+
+def _holds_edge(good: str, bad: str, truth: TruthSection) -> bool:
+    """Whether good .. bad holds the breaking edge and no fix (one answer is right)."""
+    first_bad = Version(truth.first_bad)
+    fixed = Version(truth.first_fixed) if truth.first_fixed else None
+    return (
+        Version(good) <= Version(truth.last_good)
+        and first_bad <= Version(bad)
+        and (fixed is None or Version(bad) < fixed)
+    )
+
+
+def _broken(repro: Repro) -> str:
+    """The variant a search runs: the first default one expected to reproduce."""
+    for name in repro.default_variants:
+        if repro.variant(name).expect == "reproduced":
+            return name
+    return repro.default_variants[0]
+
+
+def ask_all(items: Sequence[Question], ask: Ask) -> list[Answer]:
+    """Ask each question once, in order."""
+    return [grade(q, ask(q.args)) for q in items]
+
+
+def ask_cases(cases: Sequence[Sequence[Question]], ask: Ask, at_once: int) -> list[Answer]:
+    """Each case's questions in order, `at_once` cases at a time (threads: each question is
+    a CLI process); the answers in the cases' order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, at_once)) as pool:
+        done = list(pool.map(lambda items: ask_all(items, ask), cases))
+    return [answer for answers in done for answer in answers]
+
+
+def grade(question: Question, reply: Reply) -> Answer:
+    """Hold one reply against the truth."""
+    data = reply.data if isinstance(reply.data, dict | list) else None
+    if data is None:
+        why = reply.error or f"exit {reply.code}, no JSON"
+        return _answer(question, "refused", "(no answer)", why, 0, reply)
+    if question.kind == "verdicts":
+        return _grade_verdicts(question, data, reply)
+    return _grade_search(question, data, reply)
+
+
+def _answer(q: Question, g: Grade, line: str, why: str, runs: int, reply: Reply) -> Answer:
+    return Answer(q, g, line, why, runs, reply.cpu_s, reply.wall_s)
+
+
+def _grade_verdicts(question: Question, data: Any, reply: Reply) -> Answer:
+    records = data.get("records", data) if isinstance(data, dict) else data
+    shown, wrong, refused = [], [], []
+    for record in records if isinstance(records, list) else []:
+        label = f"{record.get('variant', '?')}: {record.get('verdict')}"
+        shown.append(label)
+        status, verdict = record.get("status"), record.get("verdict")
+        if status == "match":
+            continue
+        if verdict in ("clean", "reproduced"):  # a verdict that misses its expectation
+            wrong.append(f"{label} (expected {record.get('expect')})")
+        else:
+            refused.append(f"{label} ({status})")
+    line = ", ".join(shown) or "(no records)"
+    runs = len(shown)
+    if wrong:
+        return _answer(question, "wrong", line, "; ".join(wrong), runs, reply)
+    if refused or not shown:
+        return _answer(question, "refused", line, "; ".join(refused) or "no records", runs, reply)
+    return _answer(question, "right", line, "every default verdict as expected", runs, reply)
+
+
+def _grade_search(question: Question, data: Any, reply: Reply) -> Answer:
+    summary = data.get("summary", data) if isinstance(data, dict) else {}
+    line = str(summary.get("result") or "(no result line)")
+    runs = int(summary.get("runs") or 0)
+    status = summary.get("status")
+    truth = question.truth
+    if question.kind == "bisect":
+        if status == "found":
+            first = summary.get("first")
+            if first == truth.first_bad:
+                return _answer(question, "right", line, f"first bad {first}", runs, reply)
+            why = f"named {first}, the truth is {truth.first_bad}"
+            return _answer(question, "wrong", line, why, runs, reply)
+        if status == "no-change":
+            why = f"no change claimed; the truth: {truth.last_good} -> {truth.first_bad}"
+            return _answer(question, "wrong", line, why, runs, reply)
+        return _answer(question, "refused", line, f"status {status}", runs, reply)
+    if status != "mapped":
+        return _answer(question, "refused", line, f"status {status}", runs, reply)
+    events = [(e.get("introduced"), e.get("fixed")) for e in summary.get("events") or []]
+    expected = [(truth.first_bad, truth.first_fixed)]
+    if events == expected:
+        return _answer(question, "right", line, f"events {events}", runs, reply)
+    if summary.get("untested"):  # ranges with holes: nothing claimed about those releases
+        why = f"events {events} with untested {summary.get('untested')}"
+        return _answer(question, "refused", line, why, runs, reply)
+    why = f"events {events}, the truth {expected}"
+    return _answer(question, "wrong", line, why, runs, reply)
+
+
+@dataclass
+class Totals:
+    answers: list[Answer] = field(default_factory=list)
+
+    def count(self, grade: Grade) -> int:
+        return sum(a.grade == grade for a in self.answers)
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.count("right") / len(self.answers) if self.answers else None
+
+    @property
+    def median_wall_s(self) -> float | None:
+        return median(a.wall_s for a in self.answers) if self.answers else None
+
+
+def markdown(answers: Sequence[Answer], command: str) -> str:
+    """docs/corpus.md: a row per case and question, then the totals."""
+    totals = Totals(list(answers))
+    rows = [
+        "| case | package | question | answer | grade | why | runs | CPU s | wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for a in answers:
+        q = a.question
+        cells = [q.case, q.truth.package, q.kind, a.line, a.grade, a.why, str(a.runs),
+                 f"{a.cpu_s:.0f}", f"{a.wall_s:.0f}"]  # fmt: skip
+        rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    accuracy = totals.accuracy
+    median_wall = totals.median_wall_s
+    lines = [
+        "# The corpus: real regressions, answered",
+        "",
+        "Written by `" + command + "`: each corpus repro (a repro with a `[truth]`) asked "
+        "the questions its truth answers, each answer graded against that truth. A wrong "
+        "answer is one printed as certain that the truth contradicts; an undecided, flaky or "
+        "failed question is a refusal.",
+        "",
+        *rows,
+        "",
+        f"- questions: {len(answers)}; right: {totals.count('right')}; honest refusals: "
+        f"{totals.count('refused')}; **wrong answers printed as certain: "
+        f"{totals.count('wrong')}**",
+        f"- accuracy: {accuracy:.3f}" if accuracy is not None else "- accuracy: -",
+        f"- median time to an answer: {median_wall:.0f} s"
+        if median_wall is not None
+        else "- median time to an answer: -",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")

@@ -1,0 +1,113 @@
+"""The corpus campaign's grading (scaleout/corpus.py), with canned CLI answers: a wrong
+answer printed as certain is counted as wrong wherever it comes from (a verdict that misses,
+a boundary elsewhere, "no change" over an edge, a sweep's other ranges); anything that
+claims nothing is a refusal, never right."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakes import repro_toml, write_repro
+from reprobox.core import spec
+from reprobox.scaleout import corpus
+
+TRUTH = """
+[truth]
+package = "flagpkg"
+last_good = "1.1.0"
+first_bad = "1.2.0"
+first_fixed = "1.4.0"
+symptom = "value"
+verified = "every release 1.0.0 - 1.4.0, one launch each"
+"""
+
+
+def _repro(root: Path, extra: str = "") -> spec.Repro:
+    toml = repro_toml(title="t", pins=("torch==2.13.0", "flagpkg==1.2.0")) + TRUTH + extra
+    write_repro(root, "case", toml)
+    return spec.load(root, "case")
+
+
+def _reply(data: Any, code: int = 0) -> corpus.Reply:
+    return corpus.Reply(code=code, data=data, cpu_s=2.0, wall_s=3.0)
+
+
+def _search(status: str, **fields: Any) -> dict[str, Any]:
+    return {"summary": {"status": status, "result": f"line {status}", "runs": 6, **fields}}
+
+
+def test_the_questions_come_from_the_truth_and_a_bisect_range_that_holds_the_edge(
+    scratch_root: Path,
+) -> None:
+    plain = corpus.questions(_repro(scratch_root))
+    assert [q.kind for q in plain] == ["verdicts", "bisect", "sweep"]
+    assert plain[1].args[-5:] == ("--good", "1.1.0", "--bad", "1.2.0", "--json")
+    assert plain[2].args[-3:] == ("--range", ">=1.1.0,<=1.4.0", "--json")
+    wide = '[bisect]\npackage = "flagpkg"\nvariant = "broken"\ngood = "1.0.0"\nbad = "1.3.0"\n'
+    assert corpus.questions(_repro(scratch_root, wide))[1].args[-5:-1] == (
+        "--good", "1.0.0", "--bad", "1.3.0"
+    )  # fmt: skip
+    past_fix = wide.replace('bad = "1.3.0"', 'bad = "1.4.0"')  # two answers: not used
+    assert corpus.questions(_repro(scratch_root, past_fix))[1].args[-5:-1] == (
+        "--good", "1.1.0", "--bad", "1.2.0"
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "grade"),
+    [
+        ("bisect", _search("found", first="1.2.0"), "right"),
+        ("bisect", _search("found", first="1.3.0"), "wrong"),
+        ("bisect", _search("no-change"), "wrong"),
+        ("bisect", _search("undecided", first="1.2.0"), "refused"),
+        ("bisect", _search("flaky"), "refused"),
+        ("bisect", None, "refused"),
+        ("sweep", _search("mapped", events=[{"introduced": "1.2.0", "fixed": "1.4.0"}]), "right"),
+        ("sweep", _search("mapped", events=[{"introduced": "1.3.0", "fixed": "1.4.0"}]), "wrong"),
+        ("sweep", _search("mapped", events=[], untested=["1.2.0"]), "refused"),
+        ("sweep", _search("mapped", events=[]), "wrong"),
+        ("verdicts", {"records": [{"variant": "broken", "status": "match", "verdict":
+                                   "reproduced", "expect": "reproduced"}]}, "right"),
+        ("verdicts", {"records": [{"variant": "fixed", "status": "mismatch", "verdict":
+                                   "reproduced", "expect": "clean"}]}, "wrong"),
+        ("verdicts", {"records": [{"variant": "fixed", "status": "error", "verdict": None,
+                                   "expect": "clean"}]}, "refused"),
+        ("verdicts", {"records": []}, "refused"),
+    ],
+)  # fmt: skip
+def test_each_answer_is_graded_against_the_truth(
+    scratch_root: Path, kind: str, data: Any, grade: str
+) -> None:
+    question = next(q for q in corpus.questions(_repro(scratch_root)) if q.kind == kind)
+    answer = corpus.grade(question, _reply(data, code=0 if grade == "right" else 1))
+    assert answer.grade == grade, answer
+
+
+def test_the_table_counts_wrong_answers_apart_and_the_cases_run_k_at_once(
+    scratch_root: Path,
+) -> None:
+    repro = _repro(scratch_root)
+    canned = {
+        "run": {"records": [{"variant": "broken", "status": "match", "verdict": "reproduced"}]},
+        "bisect": _search("found", first="1.3.0"),
+        "sweep": _search("undecided"),
+    }
+    asked: list[Sequence[str]] = []
+
+    def ask(args: Sequence[str]) -> corpus.Reply:
+        asked.append(args)
+        return _reply(canned[args[0]])
+
+    answers = corpus.ask_cases([corpus.questions(repro)] * 2, ask, at_once=2)
+    assert [a.grade for a in answers] == ["right", "wrong", "refused"] * 2
+    assert len(asked) == 6
+    text = corpus.markdown(answers, "reprobox corpus")
+    assert "**wrong answers printed as certain: 2**" in text
+    assert (
+        "| case | flagpkg | bisect | line found | wrong | named 1.3.0, the truth is 1.2.0 |" in text
+    )
+    assert "accuracy: 0.333" in text
