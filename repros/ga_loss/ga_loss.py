@@ -131,7 +131,11 @@ def measure(args) -> dict:
         f"logged loss with bs=1, GA={args.ga}: {accumulated:.4f}; with bs={args.ga}, GA=1: "
         f"{one_batch:.4f}; ratio {ratio:.3f}"
     )
-    return {"verdict": "reproduced" if reproduced else "clean", "reason": reason, "metrics": metrics}
+    return {
+        "verdict": "reproduced" if reproduced else "clean",
+        "reason": reason,
+        "metrics": metrics,
+    }
 
 
 def versions() -> dict:
