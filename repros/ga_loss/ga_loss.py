@@ -3,10 +3,12 @@
 Reproduces huggingface/transformers#35663. transformers 4.46 made the Trainer scale the loss
 of models whose forward takes `**loss_kwargs` (Llama and most causal LMs) by the number of
 items in the whole accumulated batch, so that gradient accumulation (GA) gives the same loss
-and gradients as one big batch. huggingface/transformers#35438 (released in 4.48.0) moved
-that condition and inherited a typo: the logged loss is no longer divided back, so with GA=4
-the `loss` the Trainer logs is 4x the true token mean. huggingface/transformers#35651
-(released in 4.48.1) fixed the condition.
+and gradients as one big batch. huggingface/transformers#35438 (released in 4.48.0)
+"inherited the typo in #34915" (its author, in #35663) in the condition that decides when
+the Trainer still divides the loss by the GA steps itself: with GA=4 the `loss` it logs for
+these models is 4x the true token mean. huggingface/transformers#35651 (released in 4.48.1)
+fixed the condition. 4.47.0 shows the same 4x already (gone in 4.47.1): see
+README.md for every release measured.
 
 The check: the same 4 sequences of equal length (no padding, so the token mean is the same
 either way), a tiny Llama built in code with a fixed seed, one optimizer step taken once as
