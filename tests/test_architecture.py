@@ -1,12 +1,14 @@
 """The architecture as rules, checked like code: the import-linter contracts of pyproject
-(layers; a pure core; report and scale-out never reach the run back ends; a pure search),
-mypy (strict on core and bisect), and a thin noxfile."""
+(layers; a pure core; report and scale-out never reach the run back ends; a pure search; no
+import cycle among the modules of any package), mypy (strict on core and bisect), and a thin
+noxfile."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 from conftest import ROOT
@@ -143,11 +145,36 @@ def test_bisect_reaches_run_only_through_the_pipeline_interface_and_factory() ->
         assert used <= allowed, f"{path.name}: {sorted(used - allowed)}"
 
 
-def test_run_and_envs_modules_stay_under_500_lines() -> None:
-    long = {
-        str(path.relative_to(SRC)): n
-        for folder in ("run", "envs")
-        for path in (SRC / folder).rglob("*.py")
-        if (n := len(path.read_text().splitlines())) > 500
-    }
-    assert long == {}
+def test_no_two_siblings_import_each_other_in_any_package() -> None:
+    """Modules are cut by concept, not by size: within every package of reprobox its modules
+    import each other without a cycle (import-linter's acyclic_siblings over the whole tree,
+    which test_import_contracts_hold runs), TYPE_CHECKING and function-local imports counted,
+    no import ignored; a type two modules share lives in a leaf module below both."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    acyclic = [c for c in contracts["contracts"] if c["type"] == "acyclic_siblings"]
+    whole = [c for c in acyclic if c["ancestors"] == ["reprobox"]]
+    assert len(whole) == 1, acyclic
+    assert not whole[0].get("ignore_imports") and not whole[0].get("skip_descendants")
+    assert whole[0].get("depth", 10) >= 10  # every package: reprobox.run.backends is depth 2
+    assert not contracts.get("exclude_type_checking_imports")
+
+
+def test_a_function_local_import_says_why() -> None:
+    """An import inside a function is there for start-up cost (or an optional dependency),
+    never to hide a cycle: each says why on its line or the line above."""
+    silent = []
+    for path in sorted(SRC.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for func in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(func):
+                if not isinstance(node, ast.Import | ast.ImportFrom):
+                    continue
+                said = lines[node.lineno - 1] + lines[(node.end_lineno or node.lineno) - 1]
+                above = node.lineno - 2  # a run of imports shares the comment above it
+                while lines[above].lstrip().startswith(("from ", "import ")):
+                    above -= 1
+                if "#" not in said and not lines[above].lstrip().startswith("#"):
+                    silent.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert silent == []

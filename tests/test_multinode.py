@@ -26,7 +26,7 @@ from slurm_fixture import wait_for as _wait_for
 from conftest import newest_records, reprobox
 from reprobox.core.errors import BadInput, ExitCode
 from reprobox.run import launcher, multinode
-from reprobox.run.backends import detached, slurm_nodes, slurmjob
+from reprobox.run.backends import detached, heartbeat, slurm_nodes, slurmjob
 
 NODES = ("n1", "n2")
 
@@ -152,7 +152,7 @@ def test_a_second_node_that_stops_beating_is_lost_by_name(tmp_path: Path) -> Non
     watch = slurmjob.Watch(first / detached.OUTCOME_NAME, deadline_s=300.0, nodes=2)
     running = {"JobState": "RUNNING", "NodeList": "n[1-2]"}
     for path in (first, second):
-        (path / slurmjob.HEARTBEAT_NAME).write_text("1\n")
+        (path / heartbeat.HEARTBEAT_NAME).write_text("1\n")
     assert watch.check(running, now=0.0) is None
     done = {"returncode": 0, "codes": [0, 0], "wall_s": 3.0, "timed_out": False, "log": "x"}
     (first / detached.OUTCOME_NAME).write_text(json.dumps(done))
@@ -299,7 +299,7 @@ def _start(toy: Path, *args: str) -> subprocess.Popen[str]:
 
 
 def _beating(toy: Path) -> bool:
-    found = list((toy / "results" / "toy").glob(f"*/*/node1/{slurmjob.HEARTBEAT_NAME}"))
+    found = list((toy / "results" / "toy").glob(f"*/*/node1/{heartbeat.HEARTBEAT_NAME}"))
     return bool(found)
 
 
@@ -433,7 +433,7 @@ def test_kill_9_of_the_harness_ends_the_job_on_every_node(cluster: Path, toy: Pa
     heartbeat stop and stop their launch; no process of the job is left within
     HARNESS_LOST_AFTER_S + 2 * HEARTBEAT_S + TERM_GRACE_S (45 s), where the job used to run
     until its launch's own timeout (here 600 s)."""
-    bound = slurmjob.HARNESS_LOST_AFTER_S + 2 * slurmjob.HEARTBEAT_S + launcher.TERM_GRACE_S
+    bound = heartbeat.HARNESS_LOST_AFTER_S + 2 * heartbeat.HEARTBEAT_S + launcher.TERM_GRACE_S
     proc = _start(toy, "--variant", "hang")
     try:
         _wait_for(lambda: _beating(toy), 180, "both nodes to beat")

@@ -31,7 +31,7 @@ from reprobox.core.judge import Launched
 from reprobox.core.settings import Settings
 from reprobox.run import launcher
 from reprobox.run.backend import Case, LaunchRequest
-from reprobox.run.backends import detached, slurm, slurmjob
+from reprobox.run.backends import detached, heartbeat, slurm, slurmjob
 
 NODE = socket.gethostname().split(".")[0]
 
@@ -189,7 +189,7 @@ def _watched(tmp_path: Path) -> tuple[slurmjob.Watch, Path]:
 
 
 def _beat(run_dir: Path, count: int) -> None:
-    (run_dir / slurmjob.HEARTBEAT_NAME).write_text(f"{count}\n")
+    (run_dir / heartbeat.HEARTBEAT_NAME).write_text(f"{count}\n")
 
 
 RUNNING = {"JobState": "RUNNING", "NodeList": "n7"}
@@ -530,7 +530,7 @@ def _run_and_lose_slurmd(cluster: Path, toy_root: Path, variant: str, *, and_the
         _wait_for(lambda: any(" RUNNING" in j for j in _queued()), 300, "the job to run")
         job = _running_job()
         beats = toy_root / "results" / "toy"
-        _wait_for(lambda: list(beats.glob(f"*/*/{slurmjob.HEARTBEAT_NAME}")), 60, "a heartbeat")
+        _wait_for(lambda: list(beats.glob(f"*/*/{heartbeat.HEARTBEAT_NAME}")), 60, "a heartbeat")
         os.kill(_slurmd_pid(cluster), signal.SIGKILL)
         killed = time.monotonic()
         if and_the_job:  # the node's whole life: the job's slurmstepd, its runner, its ranks

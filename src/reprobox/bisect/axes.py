@@ -5,7 +5,9 @@ the probes that turn a candidate into a run (a cell against its lock), and how a
 errors name them. The strategy says how the driver searches: binary, multisection for K
 workers, or the flake-aware posterior. Everything else (the ends, confirmation, verification,
 the check against verdicts on disk, the log, the summary) is the driver's (`bisect.driver`),
-written once for every axis.
+written once for every axis. The bisect in progress (`Run`, with a flaky answer's `Checked`)
+is declared here beside the axis whose hooks read it, so the driver and its strategies
+(`bisect.posterior`, `bisect.shift`) import it from below and never from each other.
 """
 
 from __future__ import annotations
@@ -13,17 +15,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from reprobox.bisect.prober import Probes
-from reprobox.bisect.search import SearchError
-from reprobox.bisect.summary import BisectSummary, Kind
+from reprobox.bisect import checks
+from reprobox.bisect.changepoint import ShiftAnswer
+from reprobox.bisect.flaky import FlakyAnswer
+from reprobox.bisect.log import ProbeLog
+from reprobox.bisect.prober import Prober, Probes, Target
+from reprobox.bisect.search import BisectResult, SearchError
+from reprobox.bisect.summary import BisectSummary, Contradiction, Kind
 from reprobox.core.counts import check_count
 from reprobox.core.errors import BadInput
+from reprobox.core.protocol import Verdict
 from reprobox.core.spec import Repro
-
-if TYPE_CHECKING:
-    from reprobox.bisect.driver import Run
 
 T = TypeVar("T")
 
@@ -136,3 +140,48 @@ class Axis(Generic[T]):
 
     def tags(self, item: T) -> list[str]:
         return ["yanked"] if self.describe(item) in self.yanked else []
+
+
+@dataclass
+class Run(Generic[T]):
+    """One bisect in progress: what the search found and what checked it. Axis hooks read
+    it (and `refine` may narrow it: `final`, `more` for the summary)."""
+
+    axis: Axis[T]
+    target: Target
+    prober: Prober[T]
+    log: ProbeLog
+    strategy: Strategy
+    question: BisectSummary
+    result: BisectResult[T] | None = None
+    final: BisectResult[T] | None = None  # a narrower search inside `result` (a merge)
+    found: list[Contradiction] = field(default_factory=list)
+    verified: list[str] = field(default_factory=list)
+    agreeing: int = 0
+    unread: str = ""
+    more: dict[str, Any] = field(default_factory=dict)  # fields the axis adds to the summary
+    flaky: FlakyAnswer[T] | None = None
+    shift: ShiftAnswer[T] | None = None
+    checked: Checked | None = None
+    verdicts: list[tuple[T, Verdict | None]] = field(default_factory=list)  # a map's
+
+    def on_disk(self) -> tuple[list[checks.Known], str]:
+        """Verdicts on disk about this range, beyond this session's probes."""
+        ours = {p.key for p in self.prober.runs}
+        return checks.verdicts_on_disk(self.target, self.question, self.log, ours)
+
+
+@dataclass
+class Checked:
+    """The answer held against the verdicts on disk: how many there were and whether the
+    posterior with them still gives the search's answer at the target."""
+
+    used: int
+    holds: bool
+    answer: FlakyAnswer[Any]  # the posterior over every observation, disk ones included
+    undecided: bool = False  # the search had no answer to hold: they are only counted in
+
+    @property
+    def moved(self) -> bool:
+        """The verdicts on disk took the search's answer below the target."""
+        return not self.holds and not self.undecided

@@ -19,8 +19,8 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from reprobox.bisect.axes import Axis, Strategy
-from reprobox.bisect.driver import Run, drive
+from reprobox.bisect.axes import Axis, Run, Strategy
+from reprobox.bisect.driver import drive
 from reprobox.bisect.prober import Prober, Probes, Target, answering, pin_overrides, pipeline_probes
 from reprobox.bisect.search import BisectResult, bisect
 from reprobox.bisect.summary import (

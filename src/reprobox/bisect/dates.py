@@ -19,8 +19,8 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from reprobox.bisect.axes import Axis, Strategy
-from reprobox.bisect.driver import Run, drive
+from reprobox.bisect.axes import Axis, Run, Strategy
+from reprobox.bisect.driver import drive
 from reprobox.bisect.prober import Probes, Target, pin_overrides, pipeline_probes
 from reprobox.bisect.search import SearchError, ddmin
 from reprobox.bisect.summary import BisectSummary, ProbeEntry, answer

@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TypeVar
 
 from reprobox.bisect import checks, posterior, shift
-from reprobox.bisect.axes import Axis, Strategy
-from reprobox.bisect.changepoint import ShiftAnswer
-from reprobox.bisect.flaky import FlakyAnswer
+from reprobox.bisect.axes import Axis, Run, Strategy
 from reprobox.bisect.log import ProbeLog
 from reprobox.bisect.plan import StepsLeft
 from reprobox.bisect.prober import BisectError, Prober, Target, answering, default_log
-from reprobox.bisect.search import BisectResult, ThreadRunner, bisect, multisect
+from reprobox.bisect.search import ThreadRunner, bisect, multisect
 from reprobox.bisect.summary import (
     BisectSummary,
     Contradiction,
@@ -34,38 +31,8 @@ from reprobox.bisect.summary import (
     runs_dir,
     write_summary,
 )
-from reprobox.core.protocol import Verdict
 
 T = TypeVar("T")
-
-
-@dataclass
-class Run(Generic[T]):
-    """One bisect in progress: what the search found and what checked it. Axis hooks read
-    it (and `refine` may narrow it: `final`, `more` for the summary)."""
-
-    axis: Axis[T]
-    target: Target
-    prober: Prober[T]
-    log: ProbeLog
-    strategy: Strategy
-    question: BisectSummary
-    result: BisectResult[T] | None = None
-    final: BisectResult[T] | None = None  # a narrower search inside `result` (a merge)
-    found: list[Contradiction] = field(default_factory=list)
-    verified: list[str] = field(default_factory=list)
-    agreeing: int = 0
-    unread: str = ""
-    more: dict[str, Any] = field(default_factory=dict)  # fields the axis adds to the summary
-    flaky: FlakyAnswer[T] | None = None
-    shift: ShiftAnswer[T] | None = None
-    checked: posterior.Checked | None = None
-    verdicts: list[tuple[T, Verdict | None]] = field(default_factory=list)  # a map's
-
-    def on_disk(self) -> tuple[list[checks.Known], str]:
-        """Verdicts on disk about this range, beyond this session's probes."""
-        ours = {p.key for p in self.prober.runs}
-        return checks.verdicts_on_disk(self.target, self.question, self.log, ours)
 
 
 def drive(

@@ -14,34 +14,15 @@ fix), the candidates are searched newest first and the answer is turned back to 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from reprobox.bisect.axes import Checked, Run
 from reprobox.bisect.flaky import FlakyAnswer, Observation, flaky_search
 from reprobox.bisect.summary import BisectSummary, kept_posterior, shown_posterior, verdict_word
 from reprobox.core.protocol import Verdict
 
-if TYPE_CHECKING:
-    from reprobox.bisect.driver import Run
-
 T = TypeVar("T")
 SHOWN = 5  # candidates an undecided answer names
-
-
-@dataclass
-class Checked:
-    """The answer held against the verdicts on disk: how many there were and whether the
-    posterior with them still gives the search's answer at the target."""
-
-    used: int
-    holds: bool
-    answer: FlakyAnswer[Any]  # the posterior over every observation, disk ones included
-    undecided: bool = False  # the search had no answer to hold: they are only counted in
-
-    @property
-    def moved(self) -> bool:
-        """The verdicts on disk took the search's answer below the target."""
-        return not self.holds and not self.undecided
 
 
 def search(run: Run[T]) -> None:

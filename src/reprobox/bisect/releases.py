@@ -15,8 +15,8 @@ from typing import Any
 
 from packaging.version import Version
 
-from reprobox.bisect.axes import Axis, Strategy
-from reprobox.bisect.driver import Run, drive
+from reprobox.bisect.axes import Axis, Run, Strategy
+from reprobox.bisect.driver import drive
 from reprobox.bisect.prober import Probes, Target, pin_overrides, release_probes
 from reprobox.bisect.summary import BisectSummary, ProbeEntry
 from reprobox.core.errors import BadInput

@@ -12,13 +12,11 @@ rule or by a test at one release, not samples of the metric; the line says so.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from reprobox.bisect.axes import Run
 from reprobox.bisect.changepoint import Level, ShiftAnswer, shift_search
 from reprobox.bisect.summary import BisectSummary, kept_posterior, shown_posterior
-
-if TYPE_CHECKING:
-    from reprobox.bisect.driver import Run
 
 T = TypeVar("T")
 SHOWN = 5  # candidates an undecided answer names

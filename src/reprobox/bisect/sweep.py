@@ -14,8 +14,8 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from reprobox.bisect import checks
-from reprobox.bisect.axes import Axis, Strategy
-from reprobox.bisect.driver import Run, drive
+from reprobox.bisect.axes import Axis, Run, Strategy
+from reprobox.bisect.driver import drive
 from reprobox.bisect.prober import Probes, Target, overrides_note, pin_overrides, release_probes
 from reprobox.bisect.summary import BisectSummary, Contradiction, Event, ProbeEntry, events_line
 from reprobox.core.errors import BadInput

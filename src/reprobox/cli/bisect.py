@@ -129,6 +129,7 @@ def _target(args: argparse.Namespace) -> tuple[Target, spec.BisectSection | None
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
+    # start-up cost: the bisect modules load for a bisect only
     from reprobox.bisect import commits, dates, releases
 
     target, defaults = _target(args)
@@ -200,6 +201,7 @@ def _say(args: argparse.Namespace, summary: BisectSummary, code: int) -> None:
     """The summary: its closing lines, or with --json the document (the progress was on
     stderr either way)."""
     if args.json:
+        # start-up cost: --json only (it loads the bisect summary's models)
         from reprobox.cli import jsonout
 
         jsonout.search(args.command, summary, code)
@@ -228,6 +230,7 @@ def _dry_run(
     strategy: Strategy,
 ) -> int:
     """The plan of this bisect (`bisect.plan`), printed; nothing is launched, exit 0."""
+    # start-up cost: the bisect modules load for a bisect only
     from reprobox.bisect import dates, plan, releases
 
     if args.commits:
@@ -242,6 +245,7 @@ def _dry_run(
         target, axis = releases.release_axis(target, package, good, bad, cells.index(args))
     found = plan.plan(axis, strategy, target.repro.name, target.variant, target.options.platform)
     if args.json:
+        # start-up cost: --json only (it loads the bisect summary's models)
         from reprobox.cli import jsonout
 
         jsonout.plan(found)
@@ -296,7 +300,7 @@ def _strategy(args: argparse.Namespace, target: Target) -> Strategy:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from reprobox.bisect import sweep
+    from reprobox.bisect import sweep  # start-up cost: the bisect modules load for a bisect only
     from reprobox.envs.index import version_range  # urllib and http: only a sweep needs them
 
     version_range(args.range)  # a bad --range is said before the index is asked

@@ -19,7 +19,10 @@ from packaging.utils import (
 )
 
 from reprobox.cli import options, ui
+from reprobox.core import spec
 from reprobox.core.settings import Settings
+from reprobox.envs import wheelhouse
+from reprobox.run.pipeline import lock_for
 
 if TYPE_CHECKING:
     from reprobox.core.spec import Repro
@@ -40,9 +43,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
-    from reprobox.core import spec
+    # start-up cost: the report modules load for a bundle only
     from reprobox.report.bundle import bundle_lock_name, default_out, write_bundle
-    from reprobox.run.pipeline import lock_for
 
     settings = options.settings(args)
     repro = spec.load(settings.root, args.repro)
@@ -80,7 +82,7 @@ def _with_wheelhouse(
 ) -> Bundle:
     """The bundle carrying, from `folder` (filled first with what it lacks, hashes checked),
     every file its locks install and nothing else the folder holds."""
-    from reprobox.envs import wheelhouse
+    # start-up cost: the report modules load for a bundle only
     from reprobox.report.bundle import write_bundle
 
     python = repro.python(platform)

@@ -61,6 +61,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_lock(args: argparse.Namespace) -> int:
     """Regenerate what repro.toml determines: the hashed locks and the image's Dockerfile."""
+    # start-up cost: lock regeneration loads for `reprobox lock` only
     from reprobox.run.regenerate import regenerate
 
     settings = options.settings(args)
@@ -77,7 +78,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    from reprobox.cli import table as table_cli
+    from reprobox.cli import table as table_cli  # start-up cost: `reprobox table` only
 
     return table_cli.show(options.settings(args), args.repros, args.default, args.format,
                           as_json=args.json)  # fmt: skip

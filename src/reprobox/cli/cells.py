@@ -17,6 +17,7 @@ from reprobox.core import cells, spec
 from reprobox.core.errors import BadInput, ExitCode
 from reprobox.core.judge import Status
 from reprobox.core.records import Record, RecordStore
+from reprobox.envs.git import split_source
 from reprobox.run import pipeline
 from reprobox.run.backend import Backend
 from reprobox.run.backends import BackendFlags, ContainerFlags, SlurmFlags, make_backend
@@ -36,7 +37,6 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
                 raise BadInput(
                     f"--with {item!r} is not of the form PKG==VERSION or PKG@git+URL@REF"
                 )
-            from reprobox.envs.git import split_source
 
             split_source(source.strip())  # a missing @REF is said here, before any work
             found[name.strip()] = source.strip()
@@ -86,6 +86,7 @@ def index(args: argparse.Namespace) -> SimpleIndex:
 
 
 def index_axes(args: argparse.Namespace) -> IndexAxes:
+    # start-up cost: the package index client loads when one is asked
     from reprobox.envs.index import IndexAxes
 
     return IndexAxes(index(args))
@@ -162,6 +163,7 @@ def conclude(records: list[Record]) -> int:
 def conclude_json(records: list[Record]) -> int:
     """`run --json`: the commits and the failure's line on stderr as without it, then the
     records as one JSON document (`cli.jsonout`); the same exit code."""
+    # start-up cost: --json only (it loads the bisect summary's models)
     from reprobox.cli import jsonout
 
     say_commits(records)

@@ -46,8 +46,12 @@ _reprobox_variants() {
 }
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `completion` to the `reprobox` parser."""
+def register(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    whole: argparse.ArgumentParser,
+) -> None:
+    """Add `completion` to the `reprobox` parser, `whole`: the one its scripts are made from
+    (handed down by `cli.main`, which imports this module, never imported back)."""
     parser = subparsers.add_parser(
         "completion",
         help="print a shell completion script (bash or zsh)",
@@ -67,10 +71,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="list the repro names, one a line (what the scripts run at a Tab)",
     )
-    parser.set_defaults(handler=cmd_completion)
+    parser.set_defaults(handler=lambda args: cmd_completion(args, whole))
 
 
-def cmd_completion(args: argparse.Namespace) -> int:
+def cmd_completion(args: argparse.Namespace, whole: argparse.ArgumentParser) -> int:
     if args.repros:  # what the scripts call at a Tab: one name a line
         for name in spec.discover(options.settings(args).root):
             sys.stdout.write(name + "\n")
@@ -83,17 +87,14 @@ def cmd_completion(args: argparse.Namespace) -> int:
         return 0  # a half-typed name completes to nothing, never an error at a Tab
     if args.shell is None:
         raise BadInput("completion needs a shell: bash or zsh")
-    sys.stdout.write(script(args.shell))
+    sys.stdout.write(script(args.shell, whole))
     return 0
 
 
-def script(shell: str) -> str:
+def script(shell: str, parser: argparse.ArgumentParser) -> str:
     """The completion script for `shell`, from the parser `reprobox` runs."""
-    import shtab
+    import shtab  # start-up cost: only `reprobox completion SHELL` needs it
 
-    from reprobox.cli import main  # the whole parser; main imports this module first
-
-    parser = main._parser()
     for action in _actions(parser):
         function = "_reprobox_variants" if action.option_strings else "_reprobox_repros"
         action.complete = {shell: function}  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from reprobox.cli import options, ui
+from reprobox.core import spec
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from reprobox.core import spec
+    # start-up cost: the report modules load for an export only
     from reprobox.report.export import export
 
     settings = options.settings(args)

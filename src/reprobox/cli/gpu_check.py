@@ -30,10 +30,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from reprobox.cli import options, ui
+from reprobox.core import spec
 from reprobox.core.errors import BadInput, ExitCode, ReproboxError
+from reprobox.core.files import atomic_write
 from reprobox.core.judge import Status
 from reprobox.core.processes import signal_group
 from reprobox.core.protocol import Verdict
+from reprobox.core.records import RecordStore, utc_now
 from reprobox.run import interrupts
 from reprobox.run.backends import registry as backends
 
@@ -206,7 +209,6 @@ def wheelhouse_summary(path: Path | None) -> dict[str, Any]:
 
 def check_plan(root: Path, plan: tuple[PlannedCell, ...]) -> None:
     """Every planned variant exists and runs on platform gpu (a stale plan: one line)."""
-    from reprobox.core import spec
 
     for cell in plan:
         repro = spec.load(root, cell.repro)
@@ -267,6 +269,7 @@ def cell_argv(cell: PlannedCell, cap: float) -> list[str]:
 def gpu_passing(cell: PlannedCell) -> str:
     """How a cell's launch reaches the GPUs, in words (the dry run says it)."""
     if cell.backend == "container":
+        # start-up cost: a container engine's module, for a gpu check only
         from reprobox.run.backends.engine import Engine
 
         docker, podman = Engine("docker").gpu_flags(), Engine("podman").gpu_flags()
@@ -291,7 +294,6 @@ def cell_results(
     repro: str, variants: tuple[str, ...], since: str, results: Path
 ) -> list[dict[str, Any]]:
     """The gpu records of `repro` this check wrote (started at or after `since`), as JSON."""
-    from reprobox.core.records import RecordStore
 
     found = []
     for record in RecordStore(results).latest(repro):
@@ -407,7 +409,6 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     if house["path"]:
         env["REPROBOX_WHEELHOUSE"] = house["path"]
     check_plan(settings.root, plan)
-    from reprobox.core.records import utc_now
 
     since = utc_now()  # the records' own clock format: a later record compares greater
     logs = args.out.resolve().parent / f"{args.out.stem}-logs"
@@ -422,7 +423,6 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     }  # fmt: skip
     code = check_exit(cells)
     report["exit"] = code
-    from reprobox.core.files import atomic_write
 
     atomic_write(args.out, json.dumps(report, indent=2) + "\n")
     for done in cells:

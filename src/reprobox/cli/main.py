@@ -29,8 +29,9 @@ from reprobox.cli import scaleout as scaleout_cli
 from reprobox.cli import verdict as verdict_cli
 from reprobox.cli import wheelhouse as wheelhouse_cli
 from reprobox.core import spec
-from reprobox.core.errors import ExitCode, ReproboxError
+from reprobox.core.errors import ExitCode, ReproboxError, interrupt_code
 from reprobox.core.settings import Settings
+from reprobox.run import interrupts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,9 +52,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str]) -> int:
-    from reprobox.core.errors import interrupt_code
-    from reprobox.run import interrupts
-
     parser = _parser()
     args = parser.parse_args(argv)
     results = "results/"
@@ -155,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
     wheelhouse_cli.register(commands)
     gpu_check_cli.register(commands)
     scaleout_cli.register(commands)
-    complete_cli.register(commands)
+    complete_cli.register(commands, parser)
     return parser
 
 

@@ -78,7 +78,8 @@ def _progress() -> AbstractContextManager[Any]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from reprobox.report.build import ReportOptions, write_report  # matplotlib: only here
+    # start-up cost: the report modules (matplotlib) load for `reprobox report` only
+    from reprobox.report.build import ReportOptions, write_report
     from reprobox.report.data import parse_since
 
     settings = options.settings(args)
@@ -136,6 +137,7 @@ def _count(n: int, word: str) -> str:
 
 def _built(args: argparse.Namespace, results: Path) -> Any:
     """The report folder `--as-built` posts: --out, or results/<repro>/_report."""
+    # start-up cost: the report modules load for `reprobox report` only
     from reprobox.report.build import default_out
 
     out = (args.out or default_out(results, args.repro)).absolute()
@@ -147,6 +149,7 @@ def _built(args: argparse.Namespace, results: Path) -> Any:
 def _post(args: argparse.Namespace, target: Any, report: Any) -> int:
     """Post comment.md (with --dry-run, print it); the files it has no room for go to a
     secret gist first, which it then links."""
+    # start-up cost: the report modules load for `reprobox report` only
     from reprobox.report.build import comment_marker
 
     if args.dry_run:
@@ -171,6 +174,7 @@ def _post(args: argparse.Namespace, target: Any, report: Any) -> int:
 def _link_omitted_files(report: Any, repro: str) -> None:
     """The repro files the comment had no room for go to a secret gist (scrubbed, as the
     comment is), and the comment links it: a maintainer needs them to run what it shows."""
+    # start-up cost: the report modules load for `reprobox report` only
     from reprobox.report.build import with_files_link
     from reprobox.report.scrub import Scrubber
 
@@ -193,6 +197,7 @@ def _link_omitted_files(report: Any, repro: str) -> None:
 
 def _omitted(report: Any) -> list[dict[str, str]]:
     """The files the written comment left out (name shown, path), from the report folder."""
+    # start-up cost: the report modules load for `reprobox report` only
     from reprobox.report.build import OMITTED_FILE
 
     omitted = report.dir / OMITTED_FILE

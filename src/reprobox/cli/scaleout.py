@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING
 from reprobox.cli import options, ui
 from reprobox.core import spec
 from reprobox.core.errors import BadInput
+from reprobox.core.records import RecordStore
 from reprobox.core.settings import Settings
+from reprobox.run import pushes
+from reprobox.run.pipeline import lock_for
 
 if TYPE_CHECKING:  # imported where used: the index's HTTP client and YAML are off the run path
     from reprobox.envs.index import IndexAxes
@@ -135,12 +138,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _axes(args: argparse.Namespace) -> IndexAxes:
+    # start-up cost: the package index client loads when one is asked
     from reprobox.envs.index import IndexAxes, SimpleIndex
 
     return IndexAxes(SimpleIndex.from_settings(options.settings(args)))
 
 
 def cmd_k8s(args: argparse.Namespace) -> int:
+    # start-up cost: the scale-out modules load for their commands only
     from reprobox.scaleout import jobs, k8s
 
     settings = options.settings(args)
@@ -195,9 +200,8 @@ def pushed_images(
     """Each cell's image by digest, from the push records: the image its lock, Dockerfile
     and repro files make now (the same content hash `nox -s image` tags it with), as pushed.
     A cell whose current image was never pushed is an error naming the command to push it."""
-    from reprobox.run import pushes
+    # start-up cost: the container back end loads when chosen only
     from reprobox.run.backends.container import image_spec
-    from reprobox.run.pipeline import lock_for
 
     repro = spec.load(settings.root, name)
     records = pushes.load(settings.results, name)
@@ -224,7 +228,7 @@ def pushed_images(
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from reprobox.core.records import RecordStore
+    # start-up cost: the scale-out modules load for their commands only
     from reprobox.scaleout.collect import collect
 
     settings = options.settings(args)
@@ -241,6 +245,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 def cmd_newest(args: argparse.Namespace) -> int:
     """The newest non-yanked release (pre-releases only with --pre), for the canary."""
+    # start-up cost: the package index client loads when one is asked
     from reprobox.envs.index import SimpleIndex, select
 
     index = SimpleIndex.from_settings(options.settings(args))
@@ -253,6 +258,7 @@ def cmd_newest(args: argparse.Namespace) -> int:
 
 def cmd_ci_matrix(args: argparse.Namespace) -> int:
     """Prints `cpu=...`, `gpu=...`, `repros=...` lines for $GITHUB_OUTPUT."""
+    # start-up cost: the scale-out modules load for their commands only
     from reprobox.scaleout import jobs
 
     text = sys.stdin.read() if str(args.listing) == "-" else _read(args.listing)
@@ -269,6 +275,7 @@ def cmd_ci_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_canary_plan(args: argparse.Namespace) -> int:
+    # start-up cost: the scale-out modules load for their commands only
     from reprobox.scaleout import jobs
 
     plan = jobs.canary_plan(options.settings(args).root)

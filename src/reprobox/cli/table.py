@@ -74,6 +74,7 @@ def show(
     if not cells:
         raise BadInput(f"no results on disk under {settings.results}; run `make repro` first")
     if as_json:
+        # start-up cost: --json only (it loads the bisect summary's models)
         from reprobox.cli import jsonout
 
         code = conclude(cells)

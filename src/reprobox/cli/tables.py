@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from reprobox.cli import ui
+from reprobox.cli.columns import justify, markdown_table, one_line, plain_table
 from reprobox.core import repeated
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
@@ -99,7 +100,7 @@ def verdict_table(
         if chosen == "markdown"
         else ("reprobox verdicts\n" + plain_table(VERDICT_COLUMNS, rows))
     )
-    _print_plain("\n\n".join([text, *(_one_line(note) for note in closing)]))
+    _print_plain("\n\n".join([text, *(one_line(note) for note in closing)]))
 
 
 def tally_line(records: Sequence[Record]) -> str:
@@ -140,11 +141,11 @@ def _rich_table(records: list[Record], rows: list[tuple[str, ...]]) -> None:
     table = Table(title=title, show_lines=False)
     for index, width in zip(keep, widths, strict=True):
         table.add_column(
-            header[index], width=width, overflow="ellipsis", justify=_justify(header[index])
+            header[index], width=width, overflow="ellipsis", justify=justify(header[index])
         )
     for record, cells in zip(records, rows, strict=True):
         # Text, not str: a cell's text is data, never markup
-        shown = [Text(_one_line(cells[i])) for i in keep]
+        shown = [Text(one_line(cells[i])) for i in keep]
         table.add_row(*shown, style=ui.STATUS_STYLE.get(record.status))
     ui.out.print(table)
     if footnote:
@@ -161,7 +162,7 @@ def fit_columns(
     cell; the least needed columns (`DROP_ORDER`; the repro only when every row has one
     repro, named in the title then) are dropped until the words fit; if they still do not,
     the cell and decided-by columns are cut with "…"."""
-    body = [[_one_line(cell) for cell in row] for row in rows]
+    body = [[one_line(cell) for cell in row] for row in rows]
     columns = list(zip(header, *body, strict=True)) if body else [(h,) for h in header]
     words = [max(_longest_word(cell) for cell in column) for column in columns]
     whole = [max(cell_len(cell) for cell in column) for column in columns]
@@ -218,48 +219,6 @@ def _footnote(dropped: list[str], cut: list[str], width: int) -> str:
 
 def _longest_word(text: str) -> int:
     return max((cell_len(word) for word in text.split()), default=0)
-
-
-# ---- plain and markdown ---------------------------------------------------------------------
-
-
-def plain_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    """Columns padded to their widest cell, two spaces apart: one line per row, whatever the
-    terminal width, so no word is ever split."""
-    body = [[_one_line(cell) for cell in row] for row in rows]
-    widths, right = _widths(header, body), [_justify(h) == "right" for h in header]
-    lines = [header, ["-" * width for width in widths], *body]
-    return "\n".join(_join(line, widths, right, "  ").rstrip() for line in lines)
-
-
-def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    """A GitHub pipe table sized to its content: aligned as text, rendered in a comment."""
-    body = [[_one_line(cell).replace("|", "\\|") for cell in row] for row in rows]
-    widths, right = _widths(header, body), [_justify(h) == "right" for h in header]
-    rule = ["-" * (w - 1) + (":" if r else "-") for w, r in zip(widths, right, strict=True)]
-    lines = [header, rule, *body]
-    return "\n".join(f"| {_join(line, widths, right, ' | ')} |" for line in lines)
-
-
-def _one_line(text: str) -> str:
-    """A cell on one line: newlines and tabs in a reason would break the columns."""
-    return " ".join(str(text).split())
-
-
-def _widths(header: Sequence[str], body: list[list[str]]) -> list[int]:
-    return [max(cell_len(cell) for cell in column) for column in zip(header, *body, strict=True)]
-
-
-def _join(cells: Sequence[str], widths: list[int], right: list[bool], sep: str) -> str:
-    padded = []
-    for cell, width, flush_right in zip(cells, widths, right, strict=True):
-        fill = " " * (width - cell_len(cell))
-        padded.append(fill + cell if flush_right else cell + fill)
-    return sep.join(padded)
-
-
-def _justify(column: str) -> Literal["left", "right"]:
-    return "right" if column == "wall s" else "left"
 
 
 def _print_plain(text: str) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.text import Text
 
+from reprobox.cli.columns import plain_table
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
@@ -177,8 +178,6 @@ def repro_detail(detail: dict[str, Any]) -> None:
         for cell in cells
     ]
     if rows:
-        from reprobox.cli.tables import plain_table  # tables draw through this module
-
         table = plain_table(["cell", "expected", "run it with"], rows).splitlines()
         lines += [f"    {line}" for index, line in enumerate(table) if index != 1]
     if detail["matrix_note"]:

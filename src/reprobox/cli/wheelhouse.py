@@ -12,7 +12,10 @@ import argparse
 from pathlib import Path
 
 from reprobox.cli import options, ui
+from reprobox.core import spec
 from reprobox.core.errors import BadInput
+from reprobox.envs import wheelhouse
+from reprobox.run.pipeline import lock_for
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,10 +60,6 @@ def parse_targets(targets: list[str], variants: list[str]) -> list[tuple[str, li
 
 
 def cmd_wheelhouse(args: argparse.Namespace) -> int:
-    from reprobox.core import spec
-    from reprobox.envs import wheelhouse
-    from reprobox.run.pipeline import lock_for
-
     settings = options.settings(args)
     locks: list[Path] = []
     given: dict[Path, list[str]] = {}  # per lock: the platform's host_packages

@@ -2,7 +2,8 @@
 
 Shape checks are declared with pydantic (types, allowed values, unknown keys); the checks
 that need the file system or packaging rules (script exists, fix module exists, pins parse)
-follow in `spec_rules.check_semantics`. Every error names the file and the field.
+follow in `check_semantics`, with the field rules of `spec_rules`. Every error names the file
+and the field.
 
 Numbers and booleans are strict (a quoted `"180"` is refused, not coerced), timeouts are
 finite and positive, names that become folders are slugs, and every path stays inside the
@@ -19,18 +20,28 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, NoReturn, Union, get_args, get_origin
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import SpecifierSet
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from reprobox.core import suggest
 from reprobox.core.errors import BadInput, SpecError
+from reprobox.core.instants import exclude_newer_problem
 from reprobox.core.protocol import Expectation, Verdict
-from reprobox.core.spec_rules import check_semantics, display
+from reprobox.core.spec_rules import (
+    MODULE_NAME,
+    RESERVED_VARIANT_NAMES,
+    SLUG,
+    Fail,
+    check_pins,
+    check_version_at,
+    display,
+    inside,
+)
 
 SPEC_FILE = "repro.toml"
 # Launching more ranks than this on one host is a typo, not a repro.
@@ -447,6 +458,174 @@ def load_file(file: Path, fixes_dir: Path) -> Repro:
     repro = Repro(name=file.parent.name, dir=file.parent, spec=spec, fixes_dir=fixes_dir)
     check_semantics(repro, shown)
     return repro
+
+
+def check_semantics(repro: Repro, shown: str) -> None:
+    spec = repro.spec
+
+    def fail(field: str, problem: str) -> NoReturn:
+        raise SpecError(shown, field, problem)
+
+    if not inside(repro.dir, spec.repro.script):
+        fail("repro.script", f"{spec.repro.script!r} is outside the repro's folder")
+    if not repro.script.is_file():
+        fail("repro.script", f"script {spec.repro.script!r} not found in {display(repro.dir)}")
+    by_hand = spec.repro.by_hand
+    if by_hand and not (inside(repro.dir, by_hand) and (repro.dir / by_hand).is_file()):
+        fail("repro.by_hand", f"script {by_hand!r} not found in {display(repro.dir)}")
+    check_pins(spec.env.pins, "env.pins", fail)
+    if spec.env.exclude_newer is not None and (
+        why := exclude_newer_problem(spec.env.exclude_newer)
+    ):
+        fail("env.exclude_newer", why)
+    for name, platform in spec.platforms.items():
+        if not SLUG.match(name):
+            fail(f"platforms.{name}", _NOT_A_SLUG)
+        check_pins(platform.pins, f"platforms.{name}.pins", fail)
+        if platform.ranks_per_gpu > 1 and platform.backend == "nccl":
+            fail(
+                f"platforms.{name}.ranks_per_gpu",
+                'NCCL refuses two ranks on one GPU; set backend = "gloo" to share GPUs',
+            )
+        ranges = {f"platforms.{name}.host_torch": platform.host_torch} | {
+            f"platforms.{name}.host_packages.{package}": wanted
+            for package, wanted in platform.host_packages.items()
+        }
+        for where, wanted in ranges.items():
+            if wanted is None:
+                continue
+            try:
+                if not wanted.strip():  # "" would accept any version, silently
+                    raise InvalidSpecifier(wanted)
+                SpecifierSet(wanted)
+            except InvalidSpecifier:
+                fail(where, f'{wanted!r} is not a version range (e.g. ">=2.1")')
+        if platform.host_packages and platform.host_torch is None:
+            fail(f"platforms.{name}.host_packages", "goes with host_torch (the host's torch)")
+        if "torch" in {canonicalize_name(p) for p in platform.host_packages}:
+            fail(f"platforms.{name}.host_packages", "torch's range is host_torch")
+    _check_launch(repro, spec.launch, "launch", fail)
+    _check_repeats(spec.verdict, "verdict", fail)
+
+    for name, variant in spec.variants.items():
+        where = f"variants.{name}"
+        if variant.verdict is not None:
+            _check_repeats(variant.verdict, f"{where}.verdict", fail)
+        if not SLUG.match(name):
+            fail(where, _NOT_A_SLUG)
+        if name in RESERVED_VARIANT_NAMES:
+            fail(where, f"{name!r} is reserved (it names the default cell)")
+        check_pins(variant.pins, f"{where}.pins", fail)
+        if variant.fix is not None:
+            if not MODULE_NAME.match(variant.fix) or not inside(
+                repro.fixes_dir, f"{variant.fix}.py"
+            ):
+                fail(f"{where}.fix", f"{variant.fix!r} is not a module name in fixes/")
+            if not (repro.fixes_dir / f"{variant.fix}.py").is_file():
+                fail(f"{where}.fix", f"fix module {variant.fix!r} not found in fixes/")
+        if variant.launch is not None:
+            _check_launch(repro, repro.launch(name), f"{where}.launch", fail)
+        for index, wanted in enumerate(variant.platforms or []):
+            if wanted != "cpu" and wanted not in spec.platforms:
+                fail(f"{where}.platforms[{index}]", f"no platform {wanted!r} in [platforms]")
+
+    if spec.matrix is not None:
+        _check_matrix(repro, spec.matrix, fail)
+    if spec.bisect is not None:
+        if spec.bisect.variant not in spec.variants:
+            fail("bisect.variant", f"no variant {spec.bisect.variant!r}")
+        if canonicalize_name(spec.bisect.package) not in repro.pinned_packages():
+            fail("bisect.package", f"{spec.bisect.package!r} is not among env.pins")
+        for end in ("good", "bad"):
+            value = getattr(spec.bisect, end)
+            if value is not None:
+                check_version_at(value, f"bisect.{end}", fail)
+
+
+_NOT_A_SLUG = (
+    "not a valid name: letters, digits, '_' and '-', starting with a letter or digit, "
+    "at most 64 characters (it names folders and nox sessions)"
+)
+
+
+def _check_repeats(verdict: VerdictSection, where: str, fail: Fail) -> None:
+    """A statistical verdict names what it tests: a metric test its metric and the value it
+    is held against; pass/fail rates that fit in [0, 1]; enough launches for a t-test."""
+    if verdict.test == "sprt":
+        for name in ("metric", "threshold"):
+            if getattr(verdict, name) is not None:
+                fail(f"{where}.{name}", 'only a metric test (test = "t" or "sign") reads it')
+        effect = 0.5 if verdict.effect is None else verdict.effect
+        if not 0 < effect <= 1 - verdict.floor:
+            fail(f"{where}.effect", f"floor + effect must lie in (floor, 1]; got {effect:g}")
+        return
+    if verdict.metric is None:
+        fail(f"{where}.metric", f"test = {verdict.test!r} needs the metric it tests")
+    if verdict.threshold is None:
+        fail(
+            f"{where}.threshold",
+            f"test = {verdict.test!r} holds {verdict.metric!r}'s samples against a value: set "
+            "threshold (the metric's value without the bug; a rule's `above` is a cut for one "
+            "launch, not that mean)",
+        )
+    if verdict.repeats is None:
+        fail(f"{where}.repeats", f"test = {verdict.test!r} reads repeated launches: set repeats")
+    if verdict.repeats == "auto" and not verdict.effect:
+        fail(
+            f"{where}.effect",
+            'repeats = "auto" plans its launches from the smallest shift that matters: set '
+            "effect above 0",
+        )
+    if verdict.test == "t" and verdict.most < 2:
+        fail(f"{where}.repeats", "a t-test needs at least two launches")
+
+
+def _check_launch(repro: Repro, launch: LaunchSection, where: str, fail: Fail) -> None:
+    if launch.config is not None:
+        if launch.launcher != "accelerate":
+            fail(f"{where}.config", "only the accelerate launcher takes a config file")
+        if not inside(repro.dir, launch.config):
+            fail(f"{where}.config", f"{launch.config!r} is outside the repro's folder")
+        if not (repro.dir / launch.config).is_file():
+            fail(f"{where}.config", f"config {launch.config!r} not found")
+
+
+def _check_matrix(repro: Repro, matrix: MatrixSection, fail: Fail) -> None:
+    for index, variant in enumerate(matrix.variants):
+        if variant not in repro.spec.variants:
+            fail(f"matrix.variants[{index}]", f"no variant {variant!r}")
+    pinned = repro.pinned_packages()
+    for package, values in matrix.packages.items():
+        where = f"matrix.packages.{package}"
+        if canonicalize_name(package) not in pinned:
+            fail(where, f"{package!r} is not among env.pins")
+        if isinstance(values, str):
+            try:
+                SpecifierSet(values)
+            except InvalidSpecifier:
+                fail(where, f"{values!r} is neither a list of versions nor a version range")
+        else:
+            for index, value in enumerate(values):
+                check_version_at(value, f"{where}[{index}]", fail)
+    overlap = set(matrix.packages) & set(matrix.params)
+    if overlap:
+        fail("matrix.params", f"{sorted(overlap)} named both as package and as param axis")
+    axes = set(matrix.packages) | set(matrix.params)
+    for index, rule in enumerate(matrix.expect):
+        for key, value in rule.when.items():
+            if key not in axes:
+                fail(f"matrix.expect[{index}].when.{key}", "not a matrix axis")
+            if key in matrix.packages:
+                try:
+                    SpecifierSet(value)
+                except InvalidSpecifier:
+                    fail(f"matrix.expect[{index}].when.{key}", f"bad version range {value!r}")
+        if rule.variant is not None and rule.variant not in repro.spec.variants:
+            fail(f"matrix.expect[{index}].variant", f"no variant {rule.variant!r}")
+    for index, exclusion in enumerate(matrix.exclude):
+        for key in exclusion:
+            if key not in axes:
+                fail(f"matrix.exclude[{index}].{key}", "not a matrix axis")
 
 
 def _pydantic_message(error: Any) -> str:

@@ -24,7 +24,7 @@ from reprobox.envs import torch_source
 def uv_bin() -> str:
     """The pinned uv that ships with the harness (the `uv` wheel), else one on PATH."""
     try:
-        from uv import find_uv_bin
+        from uv import find_uv_bin  # optional: the pinned uv wheel, else a uv on PATH
 
         return find_uv_bin()
     except (ImportError, FileNotFoundError):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
 
@@ -20,10 +19,8 @@ from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
 from reprobox.report import affected
 from reprobox.report import markdown as md
+from reprobox.report.facts import Facts
 from reprobox.report.markdown import Section
-
-if TYPE_CHECKING:
-    from reprobox.report.sections import Builder
 
 # Where a package's releases are tagged: (GitHub repo, tag prefix), for compare links.
 RELEASE_REPOS = {
@@ -39,15 +36,6 @@ RELEASE_REPOS = {
     "deepspeed": ("deepspeedai/DeepSpeed", "v"),
     "numpy": ("numpy/numpy", "v"),
 }
-
-
-_GITHUB = re.compile(r"^https://github\.com/(?P<repo>[^/\s]+/[^/\s]+)/(?:issues|pull)/(?P<n>\d+)")
-
-
-def issue_ref(url: str) -> tuple[str, int] | None:
-    """`https://github.com/o/r/issues/5` -> ("o/r", 5)."""
-    match = _GITHUB.match(url)
-    return (match["repo"].lower(), int(match["n"])) if match else None
 
 
 def compare_link(package: str | None, older: str, newer: str) -> str | None:
@@ -116,7 +104,7 @@ def _edge(package: str, edge: affected.Edge) -> str:
     return f"fixed after {md.text(edge.after or '')}, if at all (the {which})"
 
 
-def headline(b: Builder) -> Section:
+def headline(b: Facts) -> Section:
     """The first lines: for each configuration a sweep mapped, the releases affected as every
     verdict on disk says (`affected`); the newest answer of each other kind of bisect (a
     commit answer beside the release answer it narrowed); then the result of the bug's cell
@@ -152,7 +140,7 @@ def throughout(summary: BisectSummary) -> Verdict | None:
     return Verdict.REPRODUCED if found["word"] == "reproducing" else Verdict.CLEAN
 
 
-def measured_against(b: Builder, summary: BisectSummary) -> list[tuple[Contradiction, Record]]:
+def measured_against(b: Facts, summary: BisectSummary) -> list[tuple[Contradiction, Record]]:
     """The measured cells this report shows that contradict a release bisect's answer (a
     boundary, "found" or "ambiguous": each side's verdict; "no change": one verdict
     throughout the range) or a sweep's map (each release as its probes found it), each with
@@ -211,7 +199,7 @@ def _how(record: Record) -> str:
     return f" by {md.text(test.split(' (')[0])} over {n} launches"
 
 
-def result_line(b: Builder) -> str:
+def result_line(b: Facts) -> str:
     bug = b.bug_record()
     if bug is None and not b.records:  # a report of sweeps and bisects alone
         return (
@@ -326,7 +314,7 @@ def bisect_headline(summary: BisectSummary) -> str:
     return f"**{summary.kind.capitalize()} ({md.text(status)}):** {said}"
 
 
-def bisect_details(b: Builder) -> Section:
+def bisect_details(b: Facts) -> Section:
     """The probes and facts behind the headline's answer, collapsed."""
     if not b.summaries:
         return Section("")
@@ -355,7 +343,7 @@ def bisect_details(b: Builder) -> Section:
     return Section("\n\n".join(blocks), drop=2, stub="")
 
 
-def doubts(b: Builder, summary: BisectSummary) -> str:
+def doubts(b: Facts, summary: BisectSummary) -> str:
     """Why an answer is not certain: its own contradictions, and records of this report
     (which may be newer) that contradict it."""
     lines = [

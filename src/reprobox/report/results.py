@@ -5,23 +5,20 @@ measurements of cells expected `unknown`. Pure: data in, sections out."""
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
 
 from reprobox.core import repeated, spec
 from reprobox.core.judge import Status
 from reprobox.report import markdown as md
 from reprobox.report import plots
+from reprobox.report.facts import Facts
 from reprobox.report.markdown import Section
 from reprobox.report.metric_text import shown
-
-if TYPE_CHECKING:
-    from reprobox.report.sections import Builder
 
 MAX_METRIC_COLUMNS = 3  # the results table stays inside a comment's column
 MARK = {"match": "✅", "mismatch": "❌", "error": "⚠️", "recorded": "ℹ️"}
 
 
-def results(b: Builder) -> list[Section]:
+def results(b: Facts) -> list[Section]:
     """One table of the default cells (variant, verdict, the deciding metrics), the
     variants' descriptions once, the rule once; the matrix collapsed."""
     sections = []
@@ -58,7 +55,7 @@ def results(b: Builder) -> list[Section]:
     return sections
 
 
-def measurements(b: Builder) -> Section:
+def measurements(b: Facts) -> Section:
     """Cells expected `unknown`: what they measured, per group, and the script's own
     conclusion from those numbers. Recorded, not judged: no verdict, no pass or fail."""
     blocks = [
@@ -82,7 +79,7 @@ def measurements(b: Builder) -> Section:
     return Section("\n\n".join(blocks))
 
 
-def rule_line(b: Builder) -> str:
+def rule_line(b: Facts) -> str:
     def spelled(rules: list[spec.Rule]) -> str:
         return " or ".join(f"{md.code(r.metric)} > {r.above:g}" for r in rules)
 
@@ -96,7 +93,7 @@ def rule_line(b: Builder) -> str:
     return line + (" Own rules: " + "; ".join(own) + "." if own else "")
 
 
-def matrix_table(b: Builder) -> str:
+def matrix_table(b: Facts) -> str:
     points = list(dict.fromkeys(plots.point_label(r, b.platforms) for r in b.matrix))
     present = [v for v in b.variants if any(r.variant == v for r in b.matrix)]
     rows = []

@@ -13,21 +13,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
-from reprobox.bisect.summary import BisectSummary
-from reprobox.core import repeated, spec
-from reprobox.core.errors import BadInput
+from reprobox.core import repeated
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
-from reprobox.report import answers, closure, data, results
+from reprobox.report import answers, closure, results
 from reprobox.report import markdown as md
-from reprobox.report.answers import issue_ref, names
-from reprobox.report.bundle import by_hand, top_pins
+from reprobox.report.answers import names
+from reprobox.report.bundle import by_hand
 from reprobox.report.environment import Environment
-from reprobox.report.files import ReportFiles, log_dir
+from reprobox.report.facts import Facts, issue_ref, versions_of
+from reprobox.report.files import log_dir
 from reprobox.report.machine_text import machine_table
 from reprobox.report.markdown import Section
 from reprobox.report.reproduce import pin_groups
@@ -37,93 +33,10 @@ _MARK = results.MARK
 FILES_PLACE = "the files' link at the end of this comment"
 
 
-class Builder:
-    """The sections of one report, from its records, summaries, environment and the files
-    read for it (`files.read_files`): pure, it reads nothing itself."""
-
-    def __init__(
-        self,
-        repro: spec.Repro,
-        loaded: data.Loaded,
-        files: ReportFiles,
-        summaries: Sequence[BisectSummary] = (),
-        posting_to: str | None = None,
-    ) -> None:
-        self.repro, self.files = repro, files
-        self.variants = list(repro.spec.variants)
-        self.records = data.order_records(loaded.records, self.variants)
-        self.skipped = list(loaded.skipped)
-        self.later = list(loaded.later)  # newer runs than the verdicts shown, none measured
-        self.left_out = loaded.left_out
-        self.summaries = list(summaries)
-        self.posting_to = posting_to  # "owner/repo#N" the comment goes to
-        self.not_run = [r for r in self.records if data.not_run(r)]
-        self.ran = [r for r in self.records if not data.not_run(r)]
-        self.defaults = [r for r in self.ran if not (r.packages or r.params)]
-        self.matrix = [r for r in self.ran if r.packages or r.params]
-        # cells expected `unknown` that wrote a measurement: their own section, no verdict
-        self.measured = [(r, m) for r in self.ran if (m := data.measurement(r)) is not None]
-        self.judged = [r for r in self.defaults if not self._is_measured(r)]
-        shown = dict.fromkeys(r.variant for r in self.records if not self._is_measured(r))
-        self.rules = list(dict.fromkeys(rule.metric for v in shown for rule in self._rules(v)))
-        self.metrics = data.key_metrics(
-            [r for r in self.ran if not self._is_measured(r)], self.rules
-        )
-        self.platforms = len({r.platform for r in self.records})
-
-    # -- facts
-
-    def _rules(self, variant: str) -> list[spec.Rule]:
-        try:
-            return self.repro.rules(variant)
-        except BadInput:  # a variant since removed from repro.toml: the repro's rule
-            return list(self.repro.spec.verdict.reproduced_if)
-
-    def _verdict(self, variant: str) -> spec.VerdictSection:
-        try:
-            return self.repro.verdict(variant)
-        except BadInput:  # a variant since removed from repro.toml: the repro's [verdict]
-            return self.repro.spec.verdict
-
-    def _is_measured(self, record: Record) -> bool:
-        return any(r is record for r, _ in self.measured)
-
-    def bug_record(self) -> Record | None:
-        """The cell that shows the bug: the first default cell expected to reproduce (else
-        the first default cell, else the first that ran)."""
-        for record in self.judged:
-            if record.expect == Verdict.REPRODUCED.value:
-                return record
-        found = self.judged or self.defaults or self.ran
-        return found[0] if found else None
-
-    def versions(self, record: Record) -> list[str]:
-        """`transformers 4.32.1, torch 2.13.0+cpu`: what the repro pins exactly, as the run
-        imported it; the upstream project's package first."""
-        imported = {canonicalize_name(k): str(v) for k, v in _versions(record).items()}
-        pins = []
-        for pin in self._pins(record.variant):
-            try:
-                req = Requirement(pin)
-            except InvalidRequirement:
-                continue
-            if any(s.operator == "==" for s in req.specifier):
-                pins.append(canonicalize_name(req.name))
-        pins += [canonicalize_name(package) for package in record.packages]
-        upstream = issue_ref(self.repro.spec.repro.upstream)
-        project = canonicalize_name(upstream[0].split("/")[1]) if upstream else ""
-        pins.sort(key=lambda name: name != project)
-        return [f"{name} {imported[name]}" for name in dict.fromkeys(pins) if name in imported]
-
-    def _pins(self, variant: str) -> list[str]:
-        try:
-            return top_pins(self.repro, variant)
-        except BadInput:
-            return list(self.repro.spec.env.pins)
-
-    def _description(self, variant: str) -> str:
-        found = self.repro.spec.variants.get(variant)
-        return found.description if found else ""
+class Builder(Facts):
+    """The sections of one report, from its facts (`facts.Facts`): pure, it reads nothing
+    itself. The answers (`answers`) and the results (`results`) are written from the facts
+    alone, so they never import this module."""
 
     # -- the answers (answers.py): the headline and the bisects behind it
 
@@ -354,7 +267,7 @@ class Builder:
         """Packages whose version differs between the cells (the rest is in the reports)."""
         versions: dict[str, dict[str, list[str]]] = {}
         for record in self.ran:
-            for package, version in _versions(record).items():
+            for package, version in versions_of(record).items():
                 versions.setdefault(package, {}).setdefault(str(version), []).append(record.label)
         rows = []
         for package in sorted(versions):
@@ -414,8 +327,3 @@ class Builder:
 
 def _count(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
-
-
-def _versions(record: Record) -> dict[str, str]:
-    found = record.result.get("versions") or {}
-    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}

@@ -16,10 +16,31 @@ A multi-node plan is the single-node plan plus where it sits: `nodes` (N), this 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from reprobox.run.launcher import LaunchPlan as Placed
+
+class Placed(Protocol):
+    """What this module reads of a launch plan (`launcher.LaunchPlan`, which calls it): its
+    ranks per node and where this node sits. Declared here so the plan imports this module
+    and never the other way round."""
+
+    @property
+    def processes(self) -> int: ...
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def node_rank(self) -> int: ...
+    @property
+    def master_addr(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def rdzv_id(self) -> str: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def config(self) -> Path | None: ...
 
 
 def world_size(plan: Placed) -> int:

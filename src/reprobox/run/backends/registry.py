@@ -79,9 +79,11 @@ def _venv(settings: Settings, flags: BackendFlags) -> Backend:
     """The venv back end one launch at a time, or with a runner process per launch for
     `workers` > 1 (launches from several threads at once)."""
     if flags.workers > 1:
+        # start-up cost: a back end loads when chosen only
         from reprobox.run.backends.detached import DetachedBackend
 
         return DetachedBackend(settings)
+    # start-up cost: a back end loads when chosen only
     from reprobox.run.backends.venv import VenvBackend
 
     return VenvBackend(settings, gpus=flags.gpus)
@@ -90,6 +92,7 @@ def _venv(settings: Settings, flags: BackendFlags) -> Backend:
 def _container(settings: Settings, flags: BackendFlags) -> Backend:
     """Each cell in the image built from its own lock; the engine is found (and answers)
     before anything is built."""
+    # start-up cost: the container back end and its engine load when chosen only
     from reprobox.run.backends.container import ContainerBackend
     from reprobox.run.backends.engine import find_engine
 
@@ -106,6 +109,7 @@ def _slurm(settings: Settings, flags: BackendFlags) -> Backend:
     given = flags.slurm
     if given.nodes is not None and not 1 <= given.nodes <= MAX_NODES:
         raise BadInput(f"--nodes {given.nodes}: from 1 to {MAX_NODES}")
+    # start-up cost: a back end loads when chosen only
     from reprobox.run.backends.slurm import SlurmBackend
 
     backend = SlurmBackend(

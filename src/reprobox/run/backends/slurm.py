@@ -61,7 +61,7 @@ from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
 from reprobox.run import devices, interrupts, multinode
 from reprobox.run.backend import LaunchRequest, Prepared
-from reprobox.run.backends import detached, slurm_nodes, slurmjob
+from reprobox.run.backends import detached, heartbeat, slurm_nodes, slurmjob
 from reprobox.run.backends.slurmjob import (
     Task,
     Watch,
@@ -169,7 +169,7 @@ class SlurmBackend:
         self._jobs: set[str] = set()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._beat = slurmjob.HarnessBeat()  # the runners stop their launch when it stops
+        self._beat = heartbeat.HarnessBeat()  # the runners stop their launch when it stops
 
     # -- before anything runs ------------------------------------------------------------
 

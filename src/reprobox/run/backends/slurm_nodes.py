@@ -34,7 +34,7 @@ from reprobox.core.files import atomic_write
 from reprobox.core.judge import Launched
 from reprobox.core.protocol import RankExit
 from reprobox.run import launcher, multinode
-from reprobox.run.backends import detached
+from reprobox.run.backends import detached, heartbeat
 
 MODULE = "reprobox.run.backends.slurm_nodes"  # run with -m: its __name__ is then __main__
 RDZV_ENV = "REPROBOX_RENDEZVOUS"  # HOST:PORT on the first node, from the batch host to tasks
@@ -145,8 +145,6 @@ def srun_ended(run_dir: Path) -> int | None:
 
 def node(plan_file: Path) -> int:
     """In one task: this node's share of the plan, run as a single-node launch is."""
-    from reprobox.run.backends import slurmjob  # the heartbeat runner (imports this module)
-
     rank = int(os.environ["SLURM_NODEID"])
     host, _, port = os.environ[RDZV_ENV].rpartition(":")
     base = detached.read_plan(plan_file)
@@ -161,9 +159,9 @@ def node(plan_file: Path) -> int:
     detached.write_plan(placed, where / NODE_PLAN)
     outcome = where / detached.OUTCOME_NAME
     outcome.unlink(missing_ok=True)
-    harness = plan_file.with_name(slurmjob.HARNESS_NAME)  # one for every node of the launch
-    beat = where / slurmjob.HEARTBEAT_NAME
-    return slurmjob.run_with_heartbeat(where / NODE_PLAN, outcome, beat, harness)
+    harness = plan_file.with_name(heartbeat.HARNESS_NAME)  # one for every node of the launch
+    beat = where / heartbeat.HEARTBEAT_NAME
+    return heartbeat.run_with_heartbeat(where / NODE_PLAN, outcome, beat, harness)
 
 
 # -- the submit side: every node's outcome, for the judge -------------------------------------

@@ -1,4 +1,4 @@
-"""One Slurm job's life as the harness sees it: the node side's heartbeat, the submit side's
+"""One Slurm job's life as the harness sees it: the node side's runner, the submit side's
 watch over a job's state, its outcome file and that heartbeat, and how an ended job is read.
 
 Why a heartbeat: slurmctld learns that a node died only after SlurmdTimeout (minutes), and a
@@ -17,23 +17,20 @@ lists as running is then judged:
 - as a timeout only when the launch is still beating past the job's time limit plus margin.
 
 The beat goes the other way too: the harness rewrites `harness-heartbeat` in each launch's
-run folder every HEARTBEAT_S from a thread of its own (`HarnessBeat`), and the runner stops
-its launch (as SIGTERM would: its ranks killed, its outcome "interrupted") once that file
-has not changed for HARNESS_LOST_AFTER_S. A harness that can clean up scancels its jobs; one
-killed with -9 (or the OOM killer, or a lost login node) cannot, and its job's processes
-are gone within HARNESS_LOST_AFTER_S + 2 * HEARTBEAT_S + the launcher's TERM_GRACE_S (45 s)
-instead of running until the launch's own timeout.
+run folder every HEARTBEAT_S from a thread of its own (`heartbeat.HarnessBeat`), and the
+runner stops its launch (as SIGTERM would: its ranks killed, its outcome "interrupted")
+once that file has not changed for HARNESS_LOST_AFTER_S. A harness that can clean up
+scancels its jobs; one killed with -9 (or the OOM killer, or a lost login node) cannot, and
+its job's processes are gone within HARNESS_LOST_AFTER_S + 2 * HEARTBEAT_S + the launcher's
+TERM_GRACE_S (45 s) instead of running until the launch's own timeout.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import signal
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,15 +42,12 @@ from reprobox.core.files import atomic_write
 from reprobox.core.judge import Launched
 from reprobox.run import multinode
 from reprobox.run.backend import LaunchRequest
-from reprobox.run.backends import detached, slurm_nodes
+from reprobox.run.backends import detached, heartbeat, slurm_nodes
+from reprobox.run.backends.heartbeat import HARNESS_NAME, HEARTBEAT_NAME
 from reprobox.run.launcher import LaunchPlan
 
 JOB_FILE = "slurm.json"  # per launch: job id, state, exit code and its timings
-HEARTBEAT_NAME = "launch-heartbeat"
-HEARTBEAT_S = 5.0  # how often the runner on the node beats
 LOST_AFTER_S = 30.0  # no beat this long while Slurm says the job runs: its node is lost
-HARNESS_NAME = "harness-heartbeat"  # the harness's beat, in the launch's run folder
-HARNESS_LOST_AFTER_S = 30.0  # no harness beat this long: the runner stops its launch
 OUTCOME_GRACE_S = 10.0  # a finished launch Slurm has not ended this long: read it anyway
 STOPPED_GRACE_S = 120.0  # a launch stopped on its node (SIGTERM) Slurm has not explained
 ENDED = frozenset(
@@ -93,96 +87,6 @@ def runner_argv(plan_file: Path, outcome_file: Path) -> list[str]:
     harness = plan_file.with_name(HARNESS_NAME)
     return [sys.executable, "-m", __name__, str(plan_file), str(outcome_file), str(beat),
             str(harness)]  # fmt: skip
-
-
-def _write_beat(path: Path, count: int) -> None:
-    try:
-        with path.open("w") as handle:  # in place, not renamed: see the module's notes
-            handle.write(f"{count}\n")
-    except OSError:
-        pass  # a full or unreachable disk: the other side sees the beat stop, as it should
-
-
-def _beat(path: Path, stop: threading.Event, harness: Path | None) -> None:
-    """Beat until stopped; stop the launch (SIGTERM to this runner) once the harness's beat
-    has not changed for HARNESS_LOST_AFTER_S (by content: the clocks differ). A harness
-    beat never seen (no file) is never judged."""
-    count = 0
-    seen: str | None = None
-    changed_at = time.monotonic()
-    while not stop.is_set():
-        count += 1
-        _write_beat(path, count)
-        if harness is not None:
-            now, beat = time.monotonic(), _read(harness)
-            if beat is not None and beat != seen:
-                seen, changed_at = beat, now
-            elif seen is not None and now - changed_at > HARNESS_LOST_AFTER_S:
-                print(
-                    f"reprobox: error: the harness stopped beating {now - changed_at:.0f}s ago "
-                    "(killed, or its host lost): stopping the launch",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                os.kill(os.getpid(), signal.SIGTERM)  # this very process: the runner
-                return
-        stop.wait(HEARTBEAT_S)
-
-
-def run_with_heartbeat(
-    plan_file: Path, outcome_file: Path, beat: Path, harness: Path | None = None
-) -> int:
-    """Run one plan as the detached runner does, beating until its outcome is written, and
-    stopping it if the harness's beat (`harness`) stops."""
-    stop = threading.Event()
-    thread = threading.Thread(target=_beat, args=(beat, stop, harness), daemon=True)
-    thread.start()
-    try:
-        return detached.run_plan_file(plan_file, outcome_file)
-    finally:
-        stop.set()
-
-
-class HarnessBeat:
-    """The harness's side of the beat: a thread that rewrites `harness-heartbeat` in each
-    folder it is given, every HEARTBEAT_S, whatever the watch is doing (a slow scontrol must
-    not read as a dead harness). It dies with the harness, which is the point."""
-
-    def __init__(self) -> None:
-        self._folders: dict[Path, int] = {}
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._count = 0
-
-    def add(self, folder: Path) -> None:
-        """Beat in `folder` from now on (a first beat at once: before its job is submitted)."""
-        with self._lock:
-            self._folders[folder] = self._folders.get(folder, 0) + 1
-            self._count += 1
-            count = self._count
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name="harness-beat")  # fmt: skip
-                self._thread.start()
-        _write_beat(folder / HARNESS_NAME, count)
-
-    def remove(self, folder: Path) -> None:
-        """Stop beating in `folder` (its job was read back)."""
-        with self._lock:
-            left = self._folders.get(folder, 0) - 1
-            if left > 0:
-                self._folders[folder] = left
-            else:
-                self._folders.pop(folder, None)
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(HEARTBEAT_S)
-            with self._lock:
-                self._count += 1
-                count, folders = self._count, list(self._folders)
-            for folder in folders:
-                _write_beat(folder / HARNESS_NAME, count)
 
 
 @dataclass(frozen=True)
@@ -260,7 +164,7 @@ class Watch:
         files = slurm_nodes.outcome_files(self.outcome_file.parent, self.nodes)
         waiting: list[int] = []  # nodes whose launch has not said how it ended
         for node, path in enumerate(files):
-            beat = _read(path.with_name(HEARTBEAT_NAME))
+            beat = heartbeat.read_beat(path.with_name(HEARTBEAT_NAME))
             if beat is not None and beat != self.beats.get(node):
                 self.beats[node], self.beat_at[node] = beat, now
             data = detached.read_outcome(path)
@@ -310,13 +214,6 @@ class Watch:
                     return lost(node, why)
             if any(node not in self.outcome_at for node in waiting):
                 return {**state, "JobState": "TIMEOUT", "harness_kill": "1"}
-        return None
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
         return None
 
 
@@ -410,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m reprobox.run.backends.slurmjob PLAN OUTCOME HEARTBEAT [HARNESS]")
         return int(ExitCode.BAD_INPUT)
     harness = Path(args[3]) if len(args) == 4 else None
-    return run_with_heartbeat(Path(args[0]), Path(args[1]), Path(args[2]), harness)
+    return heartbeat.run_with_heartbeat(Path(args[0]), Path(args[1]), Path(args[2]), harness)
 
 
 if __name__ == "__main__":
