@@ -1,15 +1,19 @@
 """Commands for running cells elsewhere and bringing their results home: `k8s`, `collect`,
-`newest`, `ci-matrix`, `canary-plan`. `cli.main` adds them with `register(subparsers)`; each
-handler returns an exit code and raises `ReproboxError` for failures, which `cli.main` turns
-into one line.
+`newest`, `ci-matrix`, `canary-plan`, and the corpus campaign, `corpus`. `cli.main` adds them
+with `register(subparsers)`; each handler returns an exit code and raises `ReproboxError` for
+failures, which `cli.main` turns into one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
+import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -291,6 +295,7 @@ def _read(path: Path) -> str:
 
 
 def cmd_corpus(args: argparse.Namespace) -> int:
+    # start-up cost: the campaign (and its thread pool) is loaded only when asked for
     from reprobox.scaleout import corpus
 
     root = options.settings(args).root
@@ -317,12 +322,7 @@ def _ask_cli(arguments: Sequence[str]) -> Reply:
     """One `reprobox` call: its JSON (stdout), its exit code, the CPU of its whole tree
     (`wait4`: the child's rusage holds every descendant it waited for, which the harness
     does for every rank) and its wall time; its progress goes on to stderr as it comes."""
-    import os
-    import subprocess
-    import threading
-    import time
-
-    from reprobox.scaleout.corpus import Reply
+    from reprobox.scaleout.corpus import Reply  # start-up cost: only for the campaign
 
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "reprobox", *arguments],

@@ -14,6 +14,7 @@ undecided, flaky or non-monotone bisect, an error, cannot-test) is a refusal.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Literal
@@ -112,8 +113,6 @@ def ask_all(items: Sequence[Question], ask: Ask) -> list[Answer]:
 def ask_cases(cases: Sequence[Sequence[Question]], ask: Ask, at_once: int) -> list[Answer]:
     """Each case's questions in order, `at_once` cases at a time (threads: each question is
     a CLI process); the answers in the cases' order."""
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=max(1, at_once)) as pool:
         done = list(pool.map(lambda items: ask_all(items, ask), cases))
     return [answer for answers in done for answer in answers]
