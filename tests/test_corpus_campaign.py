@@ -66,8 +66,11 @@ def test_the_questions_come_from_the_truth_and_a_bisect_range_that_holds_the_edg
         ("bisect", _search("undecided", first="1.2.0"), "refused"),
         ("bisect", _search("flaky"), "refused"),
         ("bisect", None, "refused"),
-        ("sweep", _search("mapped", events=[{"introduced": "1.2.0", "fixed": "1.4.0"}]), "right"),
-        ("sweep", _search("mapped", events=[{"introduced": "1.3.0", "fixed": "1.4.0"}]), "wrong"),
+        ("sweep", _search("mapped", events=[{"introduced": "1.2.0"}, {"fixed": "1.4.0"}]),
+         "right"),
+        ("sweep", _search("mapped", events=[{"introduced": "1.3.0"}, {"fixed": "1.4.0"}]),
+         "wrong"),
+        ("sweep", _search("mapped", events=[{"introduced": "1.2.0"}]), "wrong"),  # no fix seen
         ("sweep", _search("mapped", events=[], untested=["1.2.0"]), "refused"),
         ("sweep", _search("mapped", events=[]), "wrong"),
         ("verdicts", {"records": [{"variant": "broken", "status": "match", "verdict":

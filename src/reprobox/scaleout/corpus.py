@@ -78,7 +78,7 @@ def questions(repro: Repro) -> list[Question]:
     searched = ("--package", truth.package, "--variant", variant)
     upper = truth.first_fixed or bad
     return [
-        Question(name, "verdicts", ("run", name, "--json"), truth),
+        Question(name, "verdicts", ("run", name, "--resume", "--json"), truth),
         Question(name, "bisect", ("bisect", name, *searched, "--good", good, "--bad", bad,
                                   "--json"), truth),
         Question(name, "sweep", ("sweep", name, *searched, "--range", f">={good},<={upper}",
@@ -174,8 +174,15 @@ def _grade_search(question: Question, data: Any, reply: Reply) -> Answer:
         return _answer(question, "refused", line, f"status {status}", runs, reply)
     if status != "mapped":
         return _answer(question, "refused", line, f"status {status}", runs, reply)
-    events = [(e.get("introduced"), e.get("fixed")) for e in summary.get("events") or []]
-    expected = [(truth.first_bad, truth.first_fixed)]
+    found = summary.get("events") or []  # an event each: {"introduced": V} or {"fixed": V}
+    events = {
+        "introduced": [e["introduced"] for e in found if e.get("introduced")],
+        "fixed": [e["fixed"] for e in found if e.get("fixed")],
+    }
+    expected = {
+        "introduced": [truth.first_bad],
+        "fixed": [truth.first_fixed] * bool(truth.first_fixed),
+    }
     if events == expected:
         return _answer(question, "right", line, f"events {events}", runs, reply)
     if summary.get("untested"):  # ranges with holes: nothing claimed about those releases
