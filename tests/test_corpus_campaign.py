@@ -114,3 +114,29 @@ def test_the_table_counts_wrong_answers_apart_and_the_cases_run_k_at_once(
         "| case | flagpkg | bisect | line found | wrong | named 1.3.0, the truth is 1.2.0 |" in text
     )
     assert "accuracy: 0.333" in text
+
+
+def test_an_interrupt_stops_the_running_questions_and_asks_no_more(scratch_root: Path) -> None:
+    """Ctrl-C during a question: the running ones are told (the CLI passes the signal on to
+    its children), none starts after, and the interrupt propagates once they have ended."""
+    import signal
+    import threading
+
+    repro = _repro(scratch_root)
+    told = threading.Event()
+    asked: list[str] = []
+    waited: list[bool] = []
+
+    def ask(args: Sequence[str]) -> corpus.Reply:
+        asked.append(args[0])
+        signal.raise_signal(signal.SIGINT)  # the main thread gets the KeyboardInterrupt
+        waited.append(told.wait(10))  # the running question is told at once
+        return _reply(None, code=130)
+
+    def on_interrupt(exc: BaseException) -> None:
+        assert isinstance(exc, KeyboardInterrupt)
+        told.set()
+
+    with pytest.raises(KeyboardInterrupt):
+        corpus.ask_cases([corpus.questions(repro)], ask, 1, on_interrupt=on_interrupt)
+    assert asked == ["run"] and waited == [True]  # the bisect and the sweep never asked

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -306,7 +307,10 @@ def cmd_corpus(args: argparse.Namespace) -> int:
         raise BadInput(f"not corpus repros (no [truth]): {', '.join(not_corpus)}")
     if not repros:
         raise BadInput("no corpus repro (a repro with a [truth]) under repros/")
-    asked = corpus.ask_cases([corpus.questions(r) for r in repros], _ask_cli, args.cases)
+    asker = _Asker()
+    asked = corpus.ask_cases(
+        [corpus.questions(r) for r in repros], asker.ask, args.cases, on_interrupt=asker.stop
+    )
     out = args.out or root / "docs" / "corpus.md"
     command = "reprobox corpus" + "".join(f" {n}" for n in args.repros)
     out.write_text(corpus.markdown(asked, command))
@@ -318,40 +322,71 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     return 1 if wrong else 0
 
 
-def _ask_cli(arguments: Sequence[str]) -> Reply:
-    """One `reprobox` call: its JSON (stdout), its exit code, the CPU of its whole tree
-    (`wait4`: the child's rusage holds every descendant it waited for, which the harness
-    does for every rank) and its wall time; its progress goes on to stderr as it comes."""
-    from reprobox.scaleout.corpus import Reply  # start-up cost: only for the campaign
+class _Asker:
+    """Asks the campaign's questions, one `reprobox` process each, and stops them on an
+    interrupt. Each runs in a session of its own, so a Ctrl-C in the terminal reaches only
+    the campaign, which passes exactly that signal on (SIGINT, or the SIGTERM or SIGHUP it
+    got) to every question still running: each cleans up as `reprobox` does (its ranks
+    killed, what it measured kept) and ends; no later question starts."""
 
-    started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "reprobox", *arguments],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    out: list[str] = []
-    err: list[str] = []
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[subprocess.Popen[str], int] = {}  # each with its pidfd
+        self._stopped: int | None = None  # the signal passed on, once stopped
 
-    def read_out() -> None:
-        assert proc.stdout is not None
-        out.append(proc.stdout.read())
+    def stop(self, exc: BaseException) -> None:
+        signum = int(getattr(exc, "signum", signal.SIGINT))
+        with self._lock:
+            self._stopped = signum
+            for pidfd in self._running.values():  # a pidfd: never a recycled pid
+                try:
+                    signal.pidfd_send_signal(pidfd, signum)
+                except OSError:
+                    pass  # it has just ended
 
-    def read_err() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            err.append(line)
-            sys.stderr.write(line)
+    def ask(self, arguments: Sequence[str]) -> Reply:
+        """One `reprobox` call: its JSON (stdout), its exit code, the CPU of its whole tree
+        (`wait4`: the child's rusage holds every descendant it waited for, which the
+        harness does for every rank) and its wall time; its progress goes on to stderr as
+        it comes."""
+        from reprobox.scaleout.corpus import Reply  # start-up cost: only for the campaign
 
-    readers = [threading.Thread(target=read_out), threading.Thread(target=read_err)]
-    for reader in readers:
-        reader.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    for reader in readers:
-        reader.join()
-    text = "".join(out)
-    try:
-        data = json.loads(text) if text.strip() else None
-    except json.JSONDecodeError:
-        data = None
-    last = err[-1].strip() if err else ""
-    return Reply(code=proc.returncode, data=data, cpu_s=usage.ru_utime + usage.ru_stime,
-                 wall_s=time.monotonic() - started, error=last)  # fmt: skip
+        started = time.monotonic()
+        with self._lock:
+            if self._stopped is not None:
+                return Reply(code=128 + self._stopped, data=None, cpu_s=0.0, wall_s=0.0,
+                             error="not asked: the campaign was interrupted")  # fmt: skip
+            proc = subprocess.Popen([sys.executable, "-m", "reprobox", *arguments],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, start_new_session=True)  # fmt: skip
+            self._running[proc] = os.pidfd_open(proc.pid)
+        out: list[str] = []
+        err: list[str] = []
+
+        def read_out() -> None:
+            assert proc.stdout is not None
+            out.append(proc.stdout.read())
+
+        def read_err() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                err.append(line)
+                sys.stderr.write(line)
+
+        readers = [threading.Thread(target=read_out), threading.Thread(target=read_err)]
+        for reader in readers:
+            reader.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        with self._lock:
+            proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+            os.close(self._running.pop(proc))
+        for reader in readers:
+            reader.join()
+        text = "".join(out)
+        try:
+            data = json.loads(text) if text.strip() else None
+        except json.JSONDecodeError:
+            data = None
+        last = err[-1].strip() if err else ""
+        return Reply(code=proc.returncode, data=data, cpu_s=usage.ru_utime + usage.ru_stime,
+                     wall_s=time.monotonic() - started, error=last)  # fmt: skip

@@ -13,8 +13,9 @@ undecided, flaky or non-monotone bisect, an error, cannot-test) is a refusal.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from packaging.version import Version
 
 from reprobox.core.spec import Repro, TruthSection
 
+WAKE_S = 0.2  # how soon the campaign's main thread handles a signal
 QuestionKind = Literal["verdicts", "bisect", "sweep"]
 Grade = Literal["right", "refused", "wrong"]
 
@@ -107,14 +109,44 @@ def _broken(repro: Repro) -> str:
 
 def ask_all(items: Sequence[Question], ask: Ask) -> list[Answer]:
     """Ask each question once, in order."""
-    return [grade(q, ask(q.args)) for q in items]
+    return ask_cases([items], ask, 1)
 
 
-def ask_cases(cases: Sequence[Sequence[Question]], ask: Ask, at_once: int) -> list[Answer]:
+def ask_cases(
+    cases: Sequence[Sequence[Question]],
+    ask: Ask,
+    at_once: int,
+    on_interrupt: Callable[[BaseException], None] | None = None,
+) -> list[Answer]:
     """Each case's questions in order, `at_once` cases at a time (threads: each question is
-    a CLI process); the answers in the cases' order."""
-    with ThreadPoolExecutor(max_workers=max(1, at_once)) as pool:
-        done = list(pool.map(lambda items: ask_all(items, ask), cases))
+    a CLI process); the answers in the cases' order. On an interrupt (Ctrl-C, SIGTERM) no
+    further question is asked, `on_interrupt` stops the ones running (the CLI passes the
+    signal on to its children), and the interrupt propagates once they have ended."""
+    stop = threading.Event()
+
+    def one_case(items: Sequence[Question]) -> list[Answer]:
+        answers = []
+        for question in items:
+            if stop.is_set():
+                break
+            answers.append(grade(question, ask(question.args)))
+        return answers
+
+    pool = ThreadPoolExecutor(max_workers=max(1, at_once))
+    try:
+        futures = [pool.submit(one_case, items) for items in cases]
+        # short waits: a signal that landed on a worker thread is handled here within one
+        pending = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=WAKE_S)
+        done = [future.result() for future in futures]
+    except BaseException as exc:
+        stop.set()
+        if on_interrupt is not None:
+            on_interrupt(exc)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return [answer for answers in done for answer in answers]
 
 
