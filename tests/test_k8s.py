@@ -299,6 +299,17 @@ def test_canary_plan(ppo_root: Path) -> None:
     assert jobs.canary_plan(ppo_root) == [{"repro": "ppo", "package": "trl"}]
 
 
+def test_the_canary_covers_the_corpus_but_not_a_bug_no_release_fixed(root: Path) -> None:
+    """A corpus repro's `fixed` at the newest release is the canary's question only when a
+    release fixed the bug; with no fix, `fixed` is the last good release, and the newest
+    release reproduces by design."""
+    planned = {entry["repro"] for entry in jobs.canary_plan(root)}
+    corpus = {n for n in spec.discover(root) if spec.load(root, n).corpus}
+    unfixed = {n for n in corpus if spec.load(root, n).spec.truth.first_fixed is None}  # type: ignore[union-attr]
+    assert unfixed and not unfixed & planned
+    assert corpus - unfixed <= planned
+
+
 # ---- the commands
 
 

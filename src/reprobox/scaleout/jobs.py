@@ -170,6 +170,9 @@ def canary_plan(root: Path) -> list[dict[str, str]]:
             continue  # a broken repro.toml fails the regular CI, not the canary
         if "fixed" not in repro.spec.variants:
             continue
+        truth = repro.spec.truth
+        if truth is not None and truth.first_fixed is None:
+            continue  # a corpus bug no release fixed: its `fixed` is the last good release
         packages = list(repro.spec.matrix.packages) if repro.spec.matrix else []
         if repro.spec.bisect is not None:
             packages.append(repro.spec.bisect.package)
