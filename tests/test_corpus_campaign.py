@@ -129,7 +129,7 @@ def test_an_interrupt_stops_the_running_questions_and_asks_no_more(scratch_root:
 
     def ask(args: Sequence[str]) -> corpus.Reply:
         asked.append(args[0])
-        signal.raise_signal(signal.SIGINT)  # the main thread gets the KeyboardInterrupt
+        signal.raise_signal(signal.SIGUSR1)  # the main thread gets the KeyboardInterrupt
         waited.append(told.wait(10))  # the running question is told at once
         return _reply(None, code=130)
 
@@ -137,6 +137,13 @@ def test_an_interrupt_stops_the_running_questions_and_asks_no_more(scratch_root:
         assert isinstance(exc, KeyboardInterrupt)
         told.set()
 
-    with pytest.raises(KeyboardInterrupt):
-        corpus.ask_cases([corpus.questions(repro)], ask, 1, on_interrupt=on_interrupt)
+    def ctrl_c(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # as Python's SIGINT handler does (xdist's workers ignore SIGINT)
+
+    previous = signal.signal(signal.SIGUSR1, ctrl_c)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            corpus.ask_cases([corpus.questions(repro)], ask, 1, on_interrupt=on_interrupt)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
     assert asked == ["run"] and waited == [True]  # the bisect and the sweep never asked
