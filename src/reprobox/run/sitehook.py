@@ -143,4 +143,9 @@ def dump_stacks(run_dir: Path, pids: Mapping[int, float]) -> list[Path]:
                 path.unlink()
         except OSError:
             continue
+    if not written:
+        try:
+            folder.rmdir()  # nothing dumped: no folder either
+        except OSError:
+            pass  # not empty (a process still starting wrote its file) or already gone
     return written
