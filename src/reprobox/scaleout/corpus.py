@@ -107,11 +107,6 @@ def _broken(repro: Repro) -> str:
     return repro.default_variants[0]
 
 
-def ask_all(items: Sequence[Question], ask: Ask) -> list[Answer]:
-    """Ask each question once, in order."""
-    return ask_cases([items], ask, 1)
-
-
 def ask_cases(
     cases: Sequence[Sequence[Question]],
     ask: Ask,
