@@ -123,7 +123,7 @@ def test_an_interrupt_stops_the_running_questions_and_asks_no_more(scratch_root:
     import threading
 
     repro = _repro(scratch_root)
-    told = threading.Event()
+    told, finished = threading.Event(), threading.Event()
     asked: list[str] = []
     waited: list[bool] = []
 
@@ -131,11 +131,13 @@ def test_an_interrupt_stops_the_running_questions_and_asks_no_more(scratch_root:
         asked.append(args[0])
         signal.raise_signal(signal.SIGUSR1)  # the main thread gets the KeyboardInterrupt
         waited.append(told.wait(10))  # the running question is told at once
+        finished.set()
         return _reply(None, code=130)
 
-    def on_interrupt(exc: BaseException) -> None:
+    def on_interrupt(exc: BaseException) -> None:  # as the CLI's: tell them, wait for them
         assert isinstance(exc, KeyboardInterrupt)
         told.set()
+        assert finished.wait(10)
 
     def ctrl_c(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # as Python's SIGINT handler does (xdist's workers ignore SIGINT)
@@ -146,4 +148,5 @@ def test_an_interrupt_stops_the_running_questions_and_asks_no_more(scratch_root:
             corpus.ask_cases([corpus.questions(repro)], ask, 1, on_interrupt=on_interrupt)
     finally:
         signal.signal(signal.SIGUSR1, previous)
-    assert asked == ["run"] and waited == [True]  # the bisect and the sweep never asked
+    assert asked == ["run"], asked  # the bisect and the sweep were never asked
+    assert waited == [True], waited

@@ -330,7 +330,7 @@ class _Asker:
     killed, what it measured kept) and ends; no later question starts."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()  # notified whenever a question ends
         self._running: dict[subprocess.Popen[str], int] = {}  # each with its pidfd
         self._stopped: int | None = None  # the signal passed on, once stopped
 
@@ -343,6 +343,8 @@ class _Asker:
                     signal.pidfd_send_signal(pidfd, signum)
                 except OSError:
                     pass  # it has just ended
+            # then wait for them: each cleans up (its ranks killed) before the campaign ends
+            self._lock.wait_for(lambda: not self._running)
 
     def ask(self, arguments: Sequence[str]) -> Reply:
         """One `reprobox` call: its JSON (stdout), its exit code, the CPU of its whole tree
@@ -380,6 +382,7 @@ class _Asker:
         with self._lock:
             proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
             os.close(self._running.pop(proc))
+            self._lock.notify_all()
         for reader in readers:
             reader.join()
         text = "".join(out)

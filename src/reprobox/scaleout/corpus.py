@@ -115,8 +115,9 @@ def ask_cases(
 ) -> list[Answer]:
     """Each case's questions in order, `at_once` cases at a time (threads: each question is
     a CLI process); the answers in the cases' order. On an interrupt (Ctrl-C, SIGTERM) no
-    further question is asked, `on_interrupt` stops the ones running (the CLI passes the
-    signal on to its children), and the interrupt propagates once they have ended."""
+    further question is asked and `on_interrupt` stops the ones running and waits for them
+    to end (the CLI passes the signal on to its children and waits for each); then the
+    interrupt propagates."""
     stop = threading.Event()
 
     def one_case(items: Sequence[Question]) -> list[Answer]:
