@@ -114,3 +114,16 @@ def test_a_wheelhouse_for_a_host_with_its_own_torch_and_python(
     said = made.stdout + made.stderr
     assert "left out, the host's torch gives them" in said
     assert "(hashes checked)" in said, said  # a uv lock hashes every Python's files
+
+
+def test_a_bundle_carries_every_version_its_locks_pin() -> None:
+    """kl's locks pin trl at 0.7.1 (broken) and 0.7.2 (fixed): both files are carried. A
+    map by name kept only the last, and kl's broken environment then could not install
+    offline (found by the nightly offline rebuild)."""
+    from reprobox.cli.bundle import _pin, _pinned
+
+    pins = {_pin("trl==0.7.1"), _pin("trl==0.7.2"), _pin("deepspeed==0.19.8")}
+    assert _pinned("trl-0.7.1-py3-none-any.whl", pins)
+    assert _pinned("trl-0.7.2-py3-none-any.whl", pins)
+    assert _pinned("deepspeed-0.19.8.tar.gz", pins)
+    assert not _pinned("trl-0.7.0-py3-none-any.whl", pins)

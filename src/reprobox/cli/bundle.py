@@ -91,7 +91,9 @@ def _with_wheelhouse(
     house = wheelhouse.download(chosen, folder, python=python, lock_python=python,
                                 tag=wheelhouse.DEFAULT_TAG, settings=settings)  # fmt: skip
     entries, _ = wheelhouse.wanted_entries(chosen, torch_from_host=False)
-    pins = dict(_pin(wheelhouse.entry_pin(entry)) for entry in entries)
+    # (name, version) pairs, not a dict by name: locks pin one package at several versions
+    # (kl's broken trl 0.7.1, fixed 0.7.2), and each version's file is carried
+    pins = {_pin(wheelhouse.entry_pin(entry)) for entry in entries}
     with tempfile.TemporaryDirectory(prefix="reprobox-bundle-wheels-") as scratch:
         carried = [name for name in house.files if _pinned(name, pins)]
         for name in carried:
@@ -108,7 +110,7 @@ def _pin(pin: str) -> tuple[str, str]:
     return canonicalize_name(name.split("[")[0].strip()), version.split(";")[0].strip()
 
 
-def _pinned(filename: str, pins: dict[str, str]) -> bool:
+def _pinned(filename: str, pins: set[tuple[str, str]]) -> bool:
     """Whether a wheel or sdist in the folder is one a lock pins (name and version)."""
     try:
         if filename.endswith(".whl"):
@@ -117,4 +119,4 @@ def _pinned(filename: str, pins: dict[str, str]) -> bool:
             name, version = parse_sdist_filename(filename)
     except (InvalidWheelFilename, InvalidSdistFilename):
         return False
-    return pins.get(name) == str(version)
+    return (name, str(version)) in pins
