@@ -137,3 +137,35 @@ def test_a_summary_never_keeps_a_posterior_rounded_up_to_one() -> None:
     from reprobox.bisect.summary import kept_posterior
 
     assert kept_posterior(0.99996) == 0.9999 and kept_posterior(0.5) == 0.5
+
+
+@pytest.mark.parametrize(
+    "seed, culprit",
+    [(116488484, 5), (134247091, 4)],  # the bench's wrong answers with the prior cut there
+)
+def test_a_shift_at_the_smallest_that_counts_is_not_named_elsewhere(
+    seed: int, culprit: int
+) -> None:
+    """A shift of exactly --min-shift: with the culprits' prior starting there, a partition
+    that put the unluckily low releases before the change showed a larger shift and was
+    named (6 for 5, and 3 for 4: 2 of 300 bench trials). The prior now starts below it;
+    "no change" is still weighed against a shift of exactly --min-shift."""
+    rng = random.Random(seed)
+    assert rng.randrange(1, 8) == culprit  # the bench's draw of the culprit, then its values
+    history = Drift(culprit=culprit, shift=0.25)
+    history.rng = rng
+    answer = shift_search(list(range(8)), history, seed=seed, max_runs=2000)
+    assert answer.status == "undecided" or (answer.status, answer.culprit) == ("found", culprit)
+
+
+@pytest.mark.parametrize("before, after", [(1.0, 2.0), (0.0, 1e-3), (5e3, 5e3 + 1e-2)])
+def test_an_exact_shift_of_any_size_is_named_at_its_release(before: float, after: float) -> None:
+    """A deterministic metric measures its shift in billions of sd (the spread's floor):
+    the prior must reach that far, or the true partition looks impossible and a wrong one,
+    which mixes levels into a measurable spread, is named (culprit 9 for 6 once)."""
+
+    def exact(jobs: list[tuple[int, int]]) -> list[float | None]:
+        return [after if item >= 6 else before for item, _ in jobs]
+
+    answer = shift_search(list(range(16)), exact)
+    assert (answer.status, answer.culprit) == ("found", 6)

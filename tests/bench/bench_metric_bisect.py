@@ -5,21 +5,26 @@ Metric cells: N releases, a culprit drawn uniformly from releases[1:]; a launch'
 N(0, 1) before it and N(shift, spread) from it on (shift in sd of the "before" spread; spread 1
 or 1.5: with and without a shift in spread); "none" rows have no change. Searched by
 `bisect.changepoint` (what `reprobox bisect` runs for a variant whose declared test reads a
-metric), at its defaults: confidence 0.99, min shift 0.25 sd, budget 2000 launches.
+metric), at its defaults: confidence 0.999, min shift 0.25 sd, budget 2000 launches.
 
-Pass/fail cells: the same histories as bench_noisy_bisect.py with false rates 0.2 and 0.4 (a
-metric judged launch by launch against a threshold it overlaps: the issue's 40% / 60%),
-searched by `bisect.flaky` at its defaults (what a variant declaring `test = "sprt"` gets).
+Pass/fail cells: false rates 0.2 and 0.4 (a metric judged launch by launch against a threshold
+it overlaps: the issue's 40% / 60%), searched by `bisect.flaky` at its defaults (what a variant
+declaring `test = "sprt"` gets), budget 300.
 
 Each cell: accuracy (the right culprit, or "no change" when there is none), `wrong` (a wrong
 culprit or a wrong "no change" printed as found: the worst outcome), `refused` (undecided),
-mean and 95th-percentile launches, and `bound`: no search reaches accuracy 0.99 in a change
-row with fewer mean launches than (log2(N-1) - h(0.01) - 0.01 log2(N-2)) / C (Fano's
-inequality; C the most one launch can tell about which side of the change a release is on,
-with the levels known), and `x bound` the ratio.
+mean and 95th-percentile launches, and two lower bounds on the mean launches of any search:
+- `fano`: for accuracy 0.99, (log2(N-1) - h(0.01) - 0.01 log2(N-2)) / C (Fano's inequality;
+  C the most one launch can tell about which side of the change a release is on, the levels
+  known): what finding one of N - 1 culprits costs;
+- `delta_bound`: for answers wrong at most 1 - confidence of the time (the change-of-measure
+  bound, Garivier & Kaufmann 2016): the culprit must be told from its two neighbours, with
+  the levels unknown (`delta_bound`); for "no change", every smallest change that counts
+  must be ruled out (`no_change_bound`). Above the budget: no search decides that cell.
+`x bound` is mean runs over the larger of the two.
 
     .venv/bin/nox -s bench -- metric_bisect [--trials 300] [--sizes 8,32] [--kinds metric,flake]
-        [--table]
+        [--max-runs 2000] [--flake-max-runs 300] [--confidence 0.999] [--table]
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import math
 import random
 import sys
 import time
+from collections.abc import Callable
 from multiprocessing import Pool
 
 from common import emit
@@ -40,6 +46,7 @@ from reprobox.core.protocol import Verdict
 SHIFTS = (0.25, 0.5, 1.0)
 SPREADS = (1.0, 1.5)
 FLAKES = ((0.2, 0.7), (0.4, 0.6), (0.4, 0.9))  # (false rate before, rate after)
+MIN_SHIFT, MIN_GAP, MIN_RATE = 0.25, 0.1, 0.25  # the searches' defaults: the least change
 
 
 def _h2(x: float) -> float:
@@ -85,12 +92,98 @@ def bound(size: int, capacity: float, accuracy: float = 0.99) -> float:
     return need / capacity
 
 
+def _kl_bern(p: float, q: float) -> float:
+    q = min(max(q, 1e-12), 1 - 1e-12)
+    out = p * math.log(p / q) if p > 0 else 0.0
+    return out + ((1 - p) * math.log((1 - p) / (1 - q)) if p < 1 else 0.0)
+
+
+def _pooled_bern(x: float, good: float, y: float, bad: float) -> float:
+    """min over q of x KL(good || q) + y KL(bad || q): both sides moved to one rate (the
+    pooled one minimizes it)."""
+    q = (x * good + y * bad) / (x + y)
+    return x * _kl_bern(good, q) + y * _kl_bern(bad, q)
+
+
+def _least_total(c1: Callable[[float, float], float], c2: Callable[[float, float], float],
+                 kl: float) -> float:  # fmt: skip
+    """min x + y with c1(x, y) >= kl and c2(x, y) >= kl; both grow in x and in y."""
+    best, far = math.inf, 1e12
+    for k in range(1, 400):
+        x = 10 ** (k / 40 - 2)  # 0.01 .. 1e8 launches, log-spaced
+        if x >= best:
+            break
+        if c1(x, far) < kl or c2(x, far) < kl:
+            continue
+        lo, hi = 0.0, far
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if c1(x, mid) >= kl and c2(x, mid) >= kl else (mid, hi)
+        best = min(best, x + hi)
+    return best
+
+
+def delta_bound(kind: str, a: float, b: float, wrong: float) -> float:
+    """The fewest launches any search whose answers are wrong at most `wrong` of the time
+    needs, on average, at a change (the change-of-measure bound of Garivier & Kaufmann,
+    2016): the culprit h against h+1 (release h's launches judged with the side before)
+    and against h-1 (release h-1's with the side after), each side's level unknown and
+    moved by the alternative to fit, the spreads known (knowing more only lowers the
+    bound, so it stays a bound). x launches go to release h-1, y to release h.
+    metric: a = shift (sd), b = spread after; flake: a = false rate, b = rate after."""
+    kl = (1 - 2 * wrong) * math.log((1 - wrong) / wrong)
+    if kind == "metric":
+        d, s = a, b
+
+        def h(x: float, y: float) -> float:
+            return x * y / (x + y)
+
+        def c1(x: float, y: float) -> float:  # release h joins the side before (sd 1)
+            return y * (math.log(1 / s) + s * s / 2 - 0.5) + h(x, y) * d * d / 2
+
+        def c2(x: float, y: float) -> float:  # release h-1 joins the side after (sd s)
+            return x * (math.log(s) + 1 / (2 * s * s) - 0.5) + h(x, y) * d * d / (2 * s * s)
+
+        return _least_total(c1, c2, kl)
+    false, p = a, b
+
+    def both(x: float, y: float) -> float:
+        return _pooled_bern(x, false, y, p)
+
+    return _least_total(both, both, kl)
+
+
+def no_change_bound(kind: str, level: float, wrong: float) -> float:
+    """The same bound for "no change": every culprit with the smallest change that counts
+    (a shift of MIN_SHIFT sd; a rise of the rate by MIN_GAP to at least MIN_RATE) must be
+    ruled out. Each alternative splits the launches into a side before and after it; only
+    the first and last releases are on one side of every alternative, so the launches go
+    there: a fraction f at the first. metric: level unused; flake: level = the rate."""
+    kl = (1 - 2 * wrong) * math.log((1 - wrong) / wrong)
+    if kind == "metric":
+        return 4 * kl / (MIN_SHIFT**2 / 2)  # f = 1/2, the levels moved half the shift each
+    best = 0.0
+    for i in range(1, 100):
+        f = i / 100
+        least = math.inf
+        for k in range(0, 1001):
+            q = k / 1000
+            p = max(q + MIN_GAP, MIN_RATE)
+            if p > 1:
+                break
+            least = min(least, f * _kl_bern(level, q) + (1 - f) * _kl_bern(level, p))
+        best = max(best, least)
+    return kl / best
+
+
 def _p95(values: list[int]) -> int:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
 
 
-def _metric_trial(size: int, shift: float | None, spread: float, seed: int) -> tuple[str, int]:
+def _metric_trial(
+    size: int, shift: float | None, spread: float, seed: int, budget: tuple[int, float]
+) -> tuple[str, int]:
     rng = random.Random(seed)
     culprit = rng.randrange(1, size) if shift is not None else None
 
@@ -101,11 +194,15 @@ def _metric_trial(size: int, shift: float | None, spread: float, seed: int) -> t
             for i, _ in jobs
         ]  # fmt: skip
 
-    answer = shift_search(list(range(size)), probe, seed=seed, max_runs=2000)
+    answer = shift_search(
+        list(range(size)), probe, seed=seed, max_runs=budget[0], confidence=budget[1]
+    )
     return _grade(answer.status, answer.culprit, culprit), answer.runs
 
 
-def _flake_trial(size: int, p: float, false: float, change: bool, seed: int) -> tuple[str, int]:
+def _flake_trial(
+    size: int, p: float, false: float, change: bool, seed: int, budget: tuple[int, float]
+) -> tuple[str, int]:
     rng = random.Random(seed)
     culprit = rng.randrange(1, size) if change else None
 
@@ -113,7 +210,9 @@ def _flake_trial(size: int, p: float, false: float, change: bool, seed: int) -> 
         bad = culprit is not None and index >= culprit
         return Verdict.REPRODUCED if rng.random() < (p if bad else false) else Verdict.CLEAN
 
-    answer = flaky_search(list(range(size)), probe, seed=seed)
+    answer = flaky_search(
+        list(range(size)), probe, seed=seed, max_runs=budget[0], confidence=budget[1]
+    )
     return _grade(answer.status, answer.culprit, culprit), answer.runs
 
 
@@ -126,14 +225,14 @@ def _grade(status: str, said: int | None, culprit: int | None) -> str:
 
 
 def cell(spec: tuple) -> dict:
-    kind, size, a, b, trials, seed = spec
+    kind, size, a, b, trials, seed, budget = spec
     results = []
     for t in range(trials):
         trial_seed = random.Random(f"{kind}/{size}/{a}/{b}/{seed}/{t}").randrange(1 << 30)
         if kind == "metric":
-            results.append(_metric_trial(size, a, b, trial_seed))
+            results.append(_metric_trial(size, a, b, trial_seed, budget))
         else:
-            results.append(_flake_trial(size, b, a, a != b, trial_seed))
+            results.append(_flake_trial(size, b, a, a != b, trial_seed, budget))
     runs = [r for _, r in results]
     out = {
         "kind": kind,
@@ -144,33 +243,50 @@ def cell(spec: tuple) -> dict:
         "refused": round(sum(g == "refused" for g, _ in results) / trials, 4),
         "mean_runs": round(sum(runs) / trials, 1),
         "p95_runs": _p95(runs),
+        "max_runs": budget[0],
+        "confidence": budget[1],
     }
+    changes = a is not None if kind == "metric" else a != b
     if kind == "metric":
         out.update(shift=a, spread=b)
-        out["bound"] = round(bound(size, metric_capacity(a, b)), 1) if a is not None else None
     else:
         out.update(false=a, p=b)
-        out["bound"] = round(bound(size, flake_capacity(b, a)), 1) if a != b else None
-    if out["bound"]:
-        out["x_bound"] = round(out["mean_runs"] / out["bound"], 2)
+    if changes:
+        capacity = metric_capacity(a, b) if kind == "metric" else flake_capacity(b, a)
+        out["fano"] = round(bound(size, capacity), 1)
+        out["delta_bound"] = round(delta_bound(kind, a, b, 1 - budget[1]), 1)
+        out["bound"] = max(out["fano"], out["delta_bound"])
+    else:
+        out["delta_bound"] = round(no_change_bound(kind, b, 1 - budget[1]), 1)
+        out["bound"] = out["delta_bound"]
+    out["x_bound"] = round(out["mean_runs"] / out["bound"], 2)
     return out
 
 
-def specs(sizes: list[int], trials: int, seed: int, kinds: str = "metric,flake") -> list[tuple]:
+def specs(
+    sizes: list[int],
+    trials: int,
+    seed: int,
+    kinds: str = "metric,flake",
+    budgets: dict[str, tuple[int, float]] | None = None,
+) -> list[tuple]:
+    """Every cell: (kind, N, a, b, trials, seed, (max runs, confidence))."""
+    budgets = budgets or {"metric": (2000, 0.999), "flake": (300, 0.999)}
     rows: list[tuple] = []
     for n in sizes:
-        rows += [("metric", n, s, sp, trials, seed) for s in SHIFTS for sp in SPREADS]
-        rows.append(("metric", n, None, 1.0, trials, seed))
-        rows += [("flake", n, f, p, trials, seed) for f, p in FLAKES]
-        rows += [("flake", n, f, f, trials, seed) for f in (0.2, 0.4)]  # no change
+        m, f = budgets["metric"], budgets["flake"]
+        rows += [("metric", n, s, sp, trials, seed, m) for s in SHIFTS for sp in SPREADS]
+        rows.append(("metric", n, None, 1.0, trials, seed, m))
+        rows += [("flake", n, fr, p, trials, seed, f) for fr, p in FLAKES]
+        rows += [("flake", n, fr, fr, trials, seed, f) for fr in (0.2, 0.4)]  # no change
     return [row for row in rows if row[0] in kinds.split(",")]
 
 
 def table(rows: list[dict]) -> str:
     lines = [
         "| kind | N | history | accuracy | wrong as certain | refused | mean runs (p95) "
-        "| bound | x bound |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| Fano bound | wrong-rate bound | x bound |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["kind"] == "metric":
@@ -186,10 +302,13 @@ def table(rows: list[dict]) -> str:
                 if r["false"] == r["p"]
                 else f"{r['false']:g} -> {r['p']:g}"
             )
+        over = r.get("delta_bound", 0) > r["max_runs"]
         lines.append(
             f"| {r['kind']} | {r['n']} | {what} | {r['accuracy']:.3f} | {r['wrong']:.3f} | "
             f"{r['refused']:.3f} | {r['mean_runs']:g} ({r['p95_runs']}) | "
-            f"{r['bound'] if r['bound'] else '-'} | {r.get('x_bound', '-')} |"
+            f"{r.get('fano', '-')} | {r.get('delta_bound', '-')}"
+            + (" (over the budget: no search decides it)" if over else "")
+            + f" | {r.get('x_bound', '-')} |"
         )
     return "\n".join(lines)
 
@@ -202,9 +321,17 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--kinds", default="metric,flake", help="metric, flake or both")
     parser.add_argument("--table", action="store_true", help="a markdown table, not JSON")
+    parser.add_argument("--max-runs", type=int, default=2000, help="a metric search's budget")
+    parser.add_argument("--flake-max-runs", type=int, default=300, help="a pass/fail search's")
+    parser.add_argument("--confidence", type=float, default=0.999)
     args = parser.parse_args()
     started = time.perf_counter()
-    todo = specs([int(s) for s in args.sizes.split(",")], args.trials, args.seed, args.kinds)
+    budgets = {
+        "metric": (args.max_runs, args.confidence),
+        "flake": (args.flake_max_runs, args.confidence),
+    }
+    sizes = [int(s) for s in args.sizes.split(",")]
+    todo = specs(sizes, args.trials, args.seed, args.kinds, budgets)
     with Pool(args.processes) as pool:
         rows = []
         for row in pool.imap(cell, todo):
@@ -213,7 +340,11 @@ def main() -> None:
     wall = round(time.perf_counter() - started, 1)
     if args.table:
         print(table(rows))
-        print(f"\n{args.trials} trials a cell (seed {args.seed}); {wall} s")
+        print(
+            f"\n{args.trials} trials a cell (seed {args.seed}), confidence {args.confidence}, "
+            f"budget {args.max_runs} launches (metric) and {args.flake_max_runs} (pass/fail); "
+            f"{wall} s"
+        )
     else:
         emit({"trials": args.trials, "wall_s": wall, "cells": rows})
 
