@@ -1,0 +1,134 @@
+"""The nightly canary run for real, as .github/workflows/canary.yml runs it: `reprobox
+canary-plan` names a corpus repro's (repro, package), `reprobox newest PACKAGE` reads the
+newest release from the index, and `reprobox run REPRO --variant fixed --with
+PACKAGE==NEWEST` fails when that release brings the bug back. A toy corpus repro over a
+package on a real PEP 503 index on 127.0.0.1 (real wheels, installed by uv): 1.0.0 good,
+1.1.0 bad, 1.2.0 the fix, then either 1.2.1 (still fixed: the canary passes) or 1.3.0
+(the bug re-introduced: it fails, and the failure names the repro and the release)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from wheel_index import WheelIndex, write_wheel
+
+from conftest import reprobox
+
+pytestmark = pytest.mark.e2e
+
+PACKAGE = "reprobox-regress"
+BAD = {"1.1.0", "1.3.0"}  # the releases that carry the bug
+
+TOML = f"""\
+[repro]
+title = "a value regressed by {PACKAGE} 1.1.0 and fixed in 1.2.0"
+upstream = "https://example.invalid/regress"
+script = "regress.py"
+
+[launch]
+launcher = "python"
+processes = 1
+timeout = 60
+
+[env]
+python = "3.11"
+pins = ["{PACKAGE}==1.1.0"]
+
+[verdict]
+reproduced_if = [{{ metric = "wrong", above = 0.5 }}]
+
+[variants.broken]
+expect = "reproduced"
+
+[variants.fixed]
+expect = "clean"
+pins = ["{PACKAGE}==1.2.0"]
+
+[bisect]
+package = "{PACKAGE}"
+variant = "broken"
+good = "1.0.0"
+bad = "1.1.0"
+
+[truth]
+package = "{PACKAGE}"
+last_good = "1.0.0"
+first_bad = "1.1.0"
+first_fixed = "1.2.0"
+symptom = "value"
+verified = "the test's own wheels"
+"""
+
+SCRIPT = """\
+import json, os, sys
+import regresspkg
+wrong = float(regresspkg.BROKEN)
+verdict = "reproduced" if wrong > 0.5 else "clean"
+result = {"schema": 1, "variant": sys.argv[2], "verdict": verdict,
+          "metrics": {"wrong": wrong}, "reason": f"regresspkg {regresspkg.VERSION}"}
+if os.environ.get("REPRO_RESULT"):
+    with open(os.environ["REPRO_RESULT"], "w") as handle:
+        json.dump(result, handle)
+sys.exit({"clean": 0, "reproduced": 1}[verdict])
+"""
+
+
+def _canary_root(
+    scratch_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, versions: list[str]
+) -> WheelIndex:
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    for version in versions:
+        init = f"VERSION = {version!r}\nBROKEN = {version in BAD}\n"
+        write_wheel(folder, PACKAGE, version, {"regresspkg/__init__.py": init})
+    directory = scratch_root / "repros" / "regress"
+    directory.mkdir()
+    (directory / "repro.toml").write_text(TOML)
+    (directory / "regress.py").write_text(SCRIPT)
+    monkeypatch.setenv("REPROBOX_CACHE", str(tmp_path / "cache"))  # its own release list
+    monkeypatch.delenv("UV_EXTRA_INDEX_URL", raising=False)
+    return WheelIndex([folder])
+
+
+def _canary() -> tuple[str, int, str]:
+    """The workflow's three steps: the plan's package, its newest release, the fixed run."""
+    plan = reprobox("canary-plan")
+    assert plan.returncode == 0, plan.stderr
+    include = json.loads(plan.stdout.split("include=", 1)[1])
+    assert {"repro": "regress", "package": PACKAGE} in include
+    newest = reprobox("newest", PACKAGE)
+    assert newest.returncode == 0, newest.stderr
+    version = newest.stdout.strip()
+    done = reprobox("run", "regress", "--variant", "fixed", "--with", f"{PACKAGE}=={version}")
+    return version, done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "versions, newest, fails",
+    [
+        (["1.0.0", "1.1.0", "1.2.0", "1.2.1"], "1.2.1", False),
+        (["1.0.0", "1.1.0", "1.2.0", "1.3.0"], "1.3.0", True),
+    ],
+    ids=["still-fixed", "re-introduced"],
+)
+def test_the_canary_fails_when_the_newest_release_brings_the_bug_back(
+    scratch_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    versions: list[str],
+    newest: str,
+    fails: bool,
+) -> None:
+    with _canary_root(scratch_root, tmp_path, monkeypatch, versions) as index:
+        monkeypatch.setenv("UV_INDEX_URL", index.url)
+        version, code, output = _canary()
+    print(output)  # shown with -s: what the canary job's log shows
+    assert version == newest
+    if not fails:
+        assert code == 0, output
+        return
+    assert code == 1, output  # an unexpected verdict (docs/cli.md): the job fails
+    line = f"reprobox: error: regress fixed[{PACKAGE}={newest}]: reproduced, expected clean"
+    assert line in output, output  # the repro, the variant and the release that broke it
