@@ -27,6 +27,14 @@ def test_mypy_passes() -> None:
     assert done.returncode == 0, done.stdout[-3000:]
 
 
+def test_the_fakes_still_stand_for_their_protocols() -> None:
+    """tests/fakes.py assigns each fake to the protocol it stands for (Backend,
+    PackageIndex): a fake that drifts from it fails here, not in a test that trusts it."""
+    done = subprocess.run([sys.executable, "-m", "mypy", "tests/fakes.py"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+
+
 def test_the_noxfile_knows_only_the_nox_view_and_the_spec() -> None:
     tree = ast.parse((ROOT / "noxfile.py").read_text())
     imported = set()
