@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from cpu_report import pytest_addoption as pytest_addoption  # --cpu-report FILE
 from cpu_report import pytest_runtest_protocol as pytest_runtest_protocol
+from gitrepo_fixture import FlagRepo, make_repo
 from shared_runs import SharedRun, default_run, shared_dir
 
 from fakes import write_repro as write_repro  # its old home: older imports keep working
@@ -142,6 +143,26 @@ def toy_root(scratch_root: Path) -> Path:
     """A checkout holding the toy repro of tests/fixtures."""
     shutil.copytree(FIXTURES / "repros" / "toy", scratch_root / "repros" / "toy")
     shutil.copy(FIXTURES / "fixes" / "toy_fix.py", scratch_root / "fixes")
+    return scratch_root
+
+
+@pytest.fixture(scope="module")
+def flagrepo(tmp_path_factory: pytest.TempPathFactory) -> FlagRepo:
+    """A real git repository of the flag package (tests/gitrepo_fixture.py), one a module."""
+    return make_repo(tmp_path_factory.mktemp("git") / "flagpkg")
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the module: wheels and environments are built once per sha."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture
+def flag_root(scratch_root: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A checkout holding the flagpkg repro, on the module's shared cache."""
+    shutil.copytree(FIXTURES / "repros" / "flagpkg", scratch_root / "repros" / "flagpkg")
+    monkeypatch.setenv("REPROBOX_CACHE", str(shared_cache))
     return scratch_root
 
 

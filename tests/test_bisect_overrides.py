@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from bisect_fakes import FakeIndex
-from gitrepo_fixture import PACKAGE, FlagRepo, make_repo
+from gitrepo_fixture import PACKAGE, FlagRepo
 from packaging.version import Version
 
 from conftest import reprobox
@@ -84,11 +84,6 @@ packages = ["gatepkg"]
 
 
 @pytest.fixture(scope="module")
-def flagrepo(tmp_path_factory: pytest.TempPathFactory) -> FlagRepo:
-    return make_repo(tmp_path_factory.mktemp("git") / "flagpkg")
-
-
-@pytest.fixture(scope="module")
 def gate_index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real wheel of every gatepkg release, on a PEP 503 index served on 127.0.0.1 (a
     static tree: the standard library's file server answers the HEAD requests uv makes)."""
@@ -138,11 +133,6 @@ def _write_pair(root: Path) -> None:
 
 def gate_index() -> FakeIndex:
     return FakeIndex({GATE: [Release(Version(v)) for v in GATE_VERSIONS]})
-
-
-@pytest.fixture(scope="module")
-def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,29 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
-from gitrepo_fixture import PACKAGE, FlagRepo, make_repo
+from gitrepo_fixture import PACKAGE, FlagRepo
 
-from conftest import FIXTURES, reprobox
+from conftest import reprobox
 from reprobox.bisect.summary import LOG_FILE, BisectSummary, read_summary, write_summary
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def flagrepo(tmp_path_factory: pytest.TempPathFactory) -> FlagRepo:
-    return make_repo(tmp_path_factory.mktemp("git") / "flagpkg")
-
-
-@pytest.fixture(scope="module")
-def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture
-def flag_root(scratch_root: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(FIXTURES / "repros" / "flagpkg", scratch_root / "repros" / "flagpkg")
-    monkeypatch.setenv("REPROBOX_CACHE", str(shared_cache))
-    return scratch_root
 
 
 def bisect(repo: FlagRepo, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -10,30 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gitrepo_fixture import PACKAGE, FlagRepo, make_repo
+from gitrepo_fixture import PACKAGE, FlagRepo
 
 from conftest import FIXTURES, newest_records, reprobox
 from reprobox.core.errors import BadInput, EnvError
 from reprobox.core.settings import Settings
 from reprobox.envs import git
-
-
-@pytest.fixture(scope="module")
-def flagrepo(tmp_path_factory: pytest.TempPathFactory) -> FlagRepo:
-    return make_repo(tmp_path_factory.mktemp("git") / "flagpkg")
-
-
-@pytest.fixture(scope="module")
-def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache for the module: wheels and environments are built once per sha."""
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture
-def flag_root(scratch_root: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(FIXTURES / "repros" / "flagpkg", scratch_root / "repros" / "flagpkg")
-    monkeypatch.setenv("REPROBOX_CACHE", str(shared_cache))
-    return scratch_root
 
 
 def settings_in(cache: Path) -> Settings:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from gitrepo_fixture import PACKAGE, FlagRepo, make_repo
+from gitrepo_fixture import PACKAGE, FlagRepo
 from shared_runs import SharedRun
 
 from conftest import FIXTURES, ROOT, newest_records, reprobox
@@ -177,11 +177,6 @@ def _label(engine: images.Engine, tag: str, label: str) -> str:
          tag], capture_output=True, text=True, check=True,
     )  # fmt: skip
     return proc.stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def flagrepo(tmp_path_factory: pytest.TempPathFactory) -> FlagRepo:
-    return make_repo(tmp_path_factory.mktemp("git") / "flagpkg")
 
 
 def test_an_image_at_a_git_ref_holds_exactly_that_commit(

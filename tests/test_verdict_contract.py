@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gitrepo_fixture import PACKAGE, FlagRepo, make_repo
+from gitrepo_fixture import PACKAGE, FlagRepo
 
 from conftest import FIXTURES, reprobox
 from reprobox.cli import main as cli_main
@@ -58,11 +58,6 @@ def test_argparse_errors_of_verdict_are_255_and_of_run_stay_2(scratch_root: Path
 
 
 # ---- a real `git bisect run` -------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def flagrepo(tmp_path_factory: pytest.TempPathFactory) -> FlagRepo:
-    return make_repo(tmp_path_factory.mktemp("git") / "flagpkg")
 
 
 @pytest.fixture
