@@ -98,59 +98,121 @@ def _kl_bern(p: float, q: float) -> float:
     return out + ((1 - p) * math.log((1 - p) / (1 - q)) if p < 1 else 0.0)
 
 
-def _pooled_bern(x: float, good: float, y: float, bad: float) -> float:
-    """min over q of x KL(good || q) + y KL(bad || q): both sides moved to one rate (the
-    pooled one minimizes it)."""
-    q = (x * good + y * bad) / (x + y)
-    return x * _kl_bern(good, q) + y * _kl_bern(bad, q)
+def _kl_norm(m1: float, s1: float, m2: float, s2: float) -> float:
+    return math.log(s2 / s1) + (s1 * s1 + (m1 - m2) ** 2) / (2 * s2 * s2) - 0.5
 
 
-def _least_total(c1: Callable[[float, float], float], c2: Callable[[float, float], float],
-                 kl: float) -> float:  # fmt: skip
-    """min x + y with c1(x, y) >= kl and c2(x, y) >= kl; both grow in x and in y."""
-    best, far = math.inf, 1e12
-    for k in range(1, 400):
-        x = 10 ** (k / 40 - 2)  # 0.01 .. 1e8 launches, log-spaced
-        if x >= best:
-            break
-        if c1(x, far) < kl or c2(x, far) < kl:
-            continue
-        lo, hi = 0.0, far
-        for _ in range(100):
-            mid = (lo + hi) / 2
-            lo, hi = (lo, mid) if c1(x, mid) >= kl and c2(x, mid) >= kl else (mid, hi)
-        best = min(best, x + hi)
-    return best
+def _least(f: Callable[[float], float], lo: float, hi: float) -> float:
+    """min of a convex f on [lo, hi] (golden section)."""
+    g = (math.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(80):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(d)
+    return min(fc, fd, f(lo), f(hi))
+
+
+def _closest(kind: str, a: float, b: float, w: tuple[float, float, float, float]) -> float:
+    """Per launch, the least weighted divergence from the truth to an answer that differs:
+    the culprit h one release later (h joins the side before), one earlier (h - 1 joins the
+    side after), or no change; each alternative's levels moved to fit, within what the
+    search calls a change (a shift of MIN_SHIFT sd; a rate MIN_GAP above the other and at
+    least MIN_RATE), its spreads as the truth's. w: the shares of launches at release h - 1
+    (x), h (y), before h - 1 (u) and after h (v). Leaving alternatives out only lowers the
+    bound, so it stays one."""
+    x, y, u, v = w
+    if kind == "metric":
+        d, s, m = a, b, MIN_SHIFT
+
+        def later(g: float) -> float:  # release h at the level before, g; after: max(d, g+m)
+            after = max(d, g + m)
+            return (
+                (x + u) * _kl_norm(0, 1, g, 1)
+                + y * _kl_norm(d, s, g, 1)
+                + v * _kl_norm(d, s, after, s)
+            )
+
+        def earlier(c: float) -> float:  # release h - 1 at the level after, c
+            before = min(0.0, c - m)
+            return (
+                u * _kl_norm(0, 1, before, 1)
+                + x * _kl_norm(0, 1, c, s)
+                + (y + v) * _kl_norm(d, s, c, s)
+            )
+
+        def none(c: float) -> float:  # one level c, one spread (the best for c)
+            n1, n2 = x + u, y + v
+            var = (n1 * (1 + c * c) + n2 * (s * s + (d - c) ** 2)) / max(n1 + n2, 1e-12)
+            sd = math.sqrt(var)
+            return n1 * _kl_norm(0, 1, c, sd) + n2 * _kl_norm(d, s, c, sd)
+
+        lo, hi = -3.0, d + 3.0
+        return min(_least(later, lo, hi), _least(earlier, lo, hi), _least(none, lo, hi))
+    q, p = a, b
+
+    def later_r(r: float) -> float:  # release h at the rate before, r
+        after = max(p, r + MIN_GAP, MIN_RATE)
+        if after > 1:
+            return math.inf
+        return (x + u) * _kl_bern(q, r) + y * _kl_bern(p, r) + v * _kl_bern(p, after)
+
+    def earlier_r(r: float) -> float:  # release h - 1 at the rate after, r
+        before = max(0.0, min(q, r - MIN_GAP))
+        return u * _kl_bern(q, before) + x * _kl_bern(q, r) + (y + v) * _kl_bern(p, r)
+
+    def none_r(r: float) -> float:
+        return (x + u) * _kl_bern(q, r) + (y + v) * _kl_bern(p, r)
+
+    return min(
+        _least(later_r, 1e-6, 1 - MIN_GAP),
+        _least(earlier_r, MIN_RATE, 1 - 1e-6),
+        _least(none_r, 1e-6, 1 - 1e-6),
+    )
 
 
 def delta_bound(kind: str, a: float, b: float, wrong: float) -> float:
     """The fewest launches any search whose answers are wrong at most `wrong` of the time
-    needs, on average, at a change (the change-of-measure bound of Garivier & Kaufmann,
-    2016): the culprit h against h+1 (release h's launches judged with the side before)
-    and against h-1 (release h-1's with the side after), each side's level unknown and
-    moved by the alternative to fit, the spreads known (knowing more only lowers the
-    bound, so it stays a bound). x launches go to release h-1, y to release h.
+    needs, on average, where there is a change (the change-of-measure bound, Garivier &
+    Kaufmann 2016): sum_i E[n_i] KL_i(truth, alternative) >= kl(wrong, 1 - wrong) for every
+    alternative with another answer, so E[n] >= kl / max over the shares of min over the
+    alternatives (`_closest`). Searched on a grid of shares, then by coordinate ascent (the
+    min of linear functions is concave: its local maximum is the maximum); rounded down by
+    1% so that the search's own tolerance never raises it.
     metric: a = shift (sd), b = spread after; flake: a = false rate, b = rate after."""
     kl = (1 - 2 * wrong) * math.log((1 - wrong) / wrong)
-    if kind == "metric":
-        d, s = a, b
-
-        def h(x: float, y: float) -> float:
-            return x * y / (x + y)
-
-        def c1(x: float, y: float) -> float:  # release h joins the side before (sd 1)
-            return y * (math.log(1 / s) + s * s / 2 - 0.5) + h(x, y) * d * d / 2
-
-        def c2(x: float, y: float) -> float:  # release h-1 joins the side after (sd s)
-            return x * (math.log(s) + 1 / (2 * s * s) - 0.5) + h(x, y) * d * d / (2 * s * s)
-
-        return _least_total(c1, c2, kl)
-    false, p = a, b
-
-    def both(x: float, y: float) -> float:
-        return _pooled_bern(x, false, y, p)
-
-    return _least_total(both, both, kl)
+    steps = 12
+    best, at = -1.0, (0.25, 0.25, 0.25, 0.25)
+    for i in range(steps + 1):
+        for j in range(steps + 1 - i):
+            for k in range(steps + 1 - i - j):
+                w = (i / steps, j / steps, k / steps, (steps - i - j - k) / steps)
+                value = _closest(kind, a, b, w)
+                if value > best:
+                    best, at = value, w
+    step = 1 / steps
+    while step > 1e-4:
+        moved = False
+        for src in range(4):
+            for dst in range(4):
+                if src == dst or at[src] < step:
+                    continue
+                w = list(at)
+                w[src] -= step
+                w[dst] += step
+                value = _closest(kind, a, b, (w[0], w[1], w[2], w[3]))
+                if value > best:
+                    best, at, moved = value, (w[0], w[1], w[2], w[3]), True
+        if not moved:
+            step /= 2
+    return 0.99 * kl / best
 
 
 def no_change_bound(kind: str, level: float, wrong: float) -> float:
