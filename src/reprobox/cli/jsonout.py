@@ -39,9 +39,10 @@ class RunOutput(_Envelope):
 
 
 class SearchOutput(_Envelope):
-    """`bisect --json` and `sweep --json`: the summary also written beside the probe log."""
+    """`bisect --json`, `sweep --json` and `attribute --json`: the summary also written
+    beside the probe log."""
 
-    command: Literal["bisect", "sweep"]
+    command: Literal["bisect", "sweep", "attribute"]
     summary: BisectSummary
     summary_path: str  # where that summary.json lies
 
@@ -53,7 +54,7 @@ def records(command: Literal["run", "table"], found: list[Record], code: int,
     _print({**doc.model_dump(mode="json"), "records": [r.to_json() for r in found]})
 
 
-def search(command: Literal["bisect", "sweep"], summary: BisectSummary, code: int) -> None:
+def search(command: Literal["bisect", "sweep", "attribute"], summary: BisectSummary, code: int) -> None:
     """Print a bisect's or sweep's summary as summary.json holds it."""
     doc = SearchOutput(command=command, exit_code=code, summary=BisectSummary(),
                        summary_path=summary.summary_path)  # fmt: skip
