@@ -99,8 +99,10 @@ and the exit code says what happened.
 - `run --json`, `table --json`: `records` are the records exactly as each run folder's
   `record.json` holds them (`schema` is the record's own version); `table` adds `notes`, the
   later runs of a cell that measured nothing.
-- `bisect --json`, `sweep --json`: `summary` is the `summary.json` written beside the probe
-  log (`summary_path`); its `status`, `first`, `candidates` and `result` are the answer.
+- `bisect --json`, `sweep --json`, `attribute --json`: `summary` is the `summary.json`
+  written beside the probe log (`summary_path`); its `status`, `first`, `candidates` and
+  `result` are the answer (an attribution's `kind` is `attribution`: `changes` lists what
+  differs between the ends, `culprit` the change(s) named, `package` the one package).
 - `bisect --dry-run --json`: the plan; nothing is launched.
 
 `version` is the envelope's version; fields may be added, never renamed, within one version.
