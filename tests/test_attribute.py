@@ -16,6 +16,7 @@ from fakes import FakeIndex
 from reprobox.bisect.attribute import Step, attribute, read_pins
 from reprobox.bisect.checks import NoisyEnds
 from reprobox.bisect.prober import BisectError, Outcome, Probes
+from reprobox.bisect.summary import BisectSummary
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.envs.index import Release
@@ -47,12 +48,15 @@ class Fake:
         return Probes(run=self.run, env_key=lambda step: repr(step))
 
 
-def _ask(tmp_path: Path, rule: Rule, start: dict[str, str] = START,
-         end: dict[str, str] = END, **more: object) -> tuple[object, Fake]:  # fmt: skip
+def _ask(
+    tmp_path: Path, rule: Rule, start: dict[str, str] = START, end: dict[str, str] = END
+) -> tuple[BisectSummary, Fake]:
     fake = Fake(rule)
     target = hist_target(tmp_path)
-    summary = attribute(target, start, end, labels=("a.txt", "b.txt"), index=INDEX,
-                        log_path=tmp_path / "log.jsonl", probes=fake.probes, **more)  # type: ignore[arg-type]  # fmt: skip
+    summary = attribute(
+        target, start, end, labels=("a.txt", "b.txt"), index=INDEX,
+        log_path=tmp_path / "log.jsonl", probes=fake.probes,
+    )  # fmt: skip
     return summary, fake
 
 
@@ -61,14 +65,14 @@ def test_one_package_flips_it_and_its_release_is_named(tmp_path: Path) -> None:
         return R if Version(pins["gamma"]) >= Version("1.2") else C
 
     summary, fake = _ask(tmp_path, rule)
-    assert summary.status == "found" and summary.package == "gamma"  # type: ignore[attr-defined]
-    assert summary.first == "1.2" and summary.last_start == "1.1"  # type: ignore[attr-defined]
-    assert summary.culprit == ["gamma 1.0 -> 2.0"]  # type: ignore[attr-defined]
-    assert summary.result.startswith(  # type: ignore[attr-defined]
+    assert summary.status == "found" and summary.package == "gamma"
+    assert summary.first == "1.2" and summary.last_start == "1.1"
+    assert summary.culprit == ["gamma 1.0 -> 2.0"]
+    assert summary.result.startswith(
         "culprit: gamma 1.2 (its change from 1.0 to 2.0 flips broken from clean to "
         "reproduced; 3 packages differ between the ends; "
     )
-    assert summary.result.endswith(  # type: ignore[attr-defined]
+    assert summary.result.endswith(
         "assuming one package's change flips it and its releases are monotone)"
     )
     # every release step holds the other packages at the first end
@@ -78,8 +82,8 @@ def test_one_package_flips_it_and_its_release_is_named(tmp_path: Path) -> None:
             assert (pins["alpha"], pins["beta"]) == ("1.0", "1.0")
     # the same question again: every probe from the log, none launched
     again, second = _ask(tmp_path, rule)
-    assert second.runs == [] and again.launched == 0  # type: ignore[attr-defined]
-    assert again.result.split("; ")[0] == summary.result.split("; ")[0]  # type: ignore[attr-defined]
+    assert second.runs == [] and again.launched == 0
+    assert again.result.split("; ")[0] == summary.result.split("; ")[0]
 
 
 def test_two_packages_that_flip_it_only_together_are_both_named(tmp_path: Path) -> None:
@@ -87,9 +91,9 @@ def test_two_packages_that_flip_it_only_together_are_both_named(tmp_path: Path) 
         return R if pins["alpha"] == "2.0" and pins["beta"] == "2.0" else C
 
     summary, _ = _ask(tmp_path, rule)
-    assert summary.status == "found" and summary.package is None  # type: ignore[attr-defined]
-    assert summary.culprit == ["alpha 1.0 -> 2.0", "beta 1.0 -> 2.0"]  # type: ignore[attr-defined]
-    assert summary.result.startswith(  # type: ignore[attr-defined]
+    assert summary.status == "found" and summary.package is None
+    assert summary.culprit == ["alpha 1.0 -> 2.0", "beta 1.0 -> 2.0"]
+    assert summary.result.startswith(
         "culprit: alpha 1.0 -> 2.0 together with beta 1.0 -> 2.0 (only their changes "
         "together flip broken from clean to reproduced; "
     )
@@ -106,9 +110,9 @@ def test_a_set_that_cannot_install_is_a_skip_not_an_answer(tmp_path: Path) -> No
             return None  # alpha 2.0 needs gamma 2.0
         return R if pins["gamma"] != "1.0" and Version(pins["gamma"]) >= Version("1.3") else C
 
-    summary, fake = _ask(tmp_path, unrelated)
-    assert (summary.status, summary.package, summary.first) == ("found", "gamma", "1.3")  # type: ignore[attr-defined]
-    assert any(p.skip for p in summary.probes)  # type: ignore[attr-defined]
+    summary, _ = _ask(tmp_path, unrelated)
+    assert (summary.status, summary.package, summary.first) == ("found", "gamma", "1.3")
+    assert any(p.skip for p in summary.probes)
 
     def hidden(pins: dict[str, str], attempt: int) -> Verdict | None:
         if pins["gamma"] == "2.0" and pins["beta"] == "1.0":
@@ -117,9 +121,9 @@ def test_a_set_that_cannot_install_is_a_skip_not_an_answer(tmp_path: Path) -> No
 
     summary, _ = _ask(tmp_path / "hidden", hidden)
     # beta may not matter, but nothing measured says so: both named, as a set, no release
-    assert summary.status == "ambiguous" and summary.package is None  # type: ignore[attr-defined]
-    assert summary.culprit == ["beta 1.0 -> 2.0", "gamma 1.0 -> 2.0"]  # type: ignore[attr-defined]
-    assert summary.result.startswith("culprit among: beta 1.0 -> 2.0 together with gamma")  # type: ignore[attr-defined]
+    assert summary.status == "ambiguous" and summary.package is None
+    assert summary.culprit == ["beta 1.0 -> 2.0", "gamma 1.0 -> 2.0"]
+    assert summary.result.startswith("culprit among: beta 1.0 -> 2.0 together with gamma")
 
 
 def test_an_end_that_lies_when_launched_again_is_named_as_noise(tmp_path: Path) -> None:
@@ -129,10 +133,10 @@ def test_an_end_that_lies_when_launched_again_is_named_as_noise(tmp_path: Path) 
         return R if pins["gamma"] == "2.0" else C
 
     summary, _ = _ask(tmp_path, lying_start)
-    assert summary.status == "flaky" and summary.flaky == ["from"]  # type: ignore[attr-defined]
-    assert summary.package is None and summary.first is None  # type: ignore[attr-defined]
-    assert summary.result.startswith("flaky: from gave another verdict when launched again")  # type: ignore[attr-defined]
-    assert "--flaky" in summary.result  # type: ignore[attr-defined]
+    assert summary.status == "flaky" and summary.flaky == ["from"]
+    assert summary.package is None and summary.first is None
+    assert summary.result.startswith("flaky: from gave another verdict when launched again")
+    assert "--flaky" in summary.result
 
     def noisy_ends(pins: dict[str, str], attempt: int) -> Verdict:
         return C if attempt == 1 or pins == END else R  # alike at first, then not
@@ -146,8 +150,8 @@ def test_a_fix_is_attributed_too(tmp_path: Path) -> None:
         return C if Version(pins["beta"]) >= Version("1.1") else R
 
     summary, _ = _ask(tmp_path, fixed)
-    assert (summary.package, summary.first) == ("beta", "1.1")  # type: ignore[attr-defined]
-    assert "flips broken from reproduced to clean" in summary.result  # type: ignore[attr-defined]
+    assert (summary.package, summary.first) == ("beta", "1.1")
+    assert "flips broken from reproduced to clean" in summary.result
 
 
 def test_equal_ends_are_bad_input(tmp_path: Path) -> None:
@@ -161,7 +165,10 @@ def test_pins_are_read_from_a_lock_or_a_freeze_file() -> None:
         "torch==2.13.0+cpu \\\n    --hash=sha256:00\n    # via trl\nTyping_Extensions==4.12.2\n"
     )
     assert read_pins(lock, "a.txt") == {"torch": "2.13.0+cpu", "typing-extensions": "4.12.2"}
-    assert read_pins("numpy==1.26.0\npip==24.0  # kept\n", "f") == {"numpy": "1.26.0", "pip": "24.0"}
+    assert read_pins("numpy==1.26.0\npip==24.0  # kept\n", "f") == {
+        "numpy": "1.26.0",
+        "pip": "24.0",
+    }
     for line in ("pkg @ git+https://example.invalid/pkg@main", "-e .", "numpy>=1.0"):
         with pytest.raises(BadInput, match="is not an exact pin"):
             read_pins(f"numpy==1.26.0\n{line}\n", "f")

@@ -7,6 +7,7 @@ every probe from its log."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,11 +85,15 @@ def flip_root(
     return scratch_root
 
 
+def _attribute(*args: str) -> subprocess.CompletedProcess[str]:
+    return reprobox("attribute", "flip", "--variant", "broken", *args)
+
+
 def test_attribute_names_the_package_and_its_release(flip_root: Path) -> None:
     before, after = flip_root / "before.txt", flip_root / "after.txt"
     before.write_text(f"{FLIP}==1.0.0\n{OTHER}==1.0.0\n")  # as `pip freeze` writes them
     after.write_text(f"{OTHER}==2.0.0\n{FLIP}==1.3.0\n")
-    done = reprobox("attribute", "flip", "--variant", "broken", "--from", str(before), "--to", str(after))
+    done = _attribute("--from", str(before), "--to", str(after))
     assert done.returncode == ExitCode.OK, done.stderr
     last = done.stdout.strip().splitlines()[-1]
     print(last)  # shown with -s
@@ -98,7 +103,7 @@ def test_attribute_names_the_package_and_its_release(flip_root: Path) -> None:
     ), last
     assert last.endswith("assuming one package's change flips it and its releases are monotone)")
 
-    again = reprobox("attribute", "flip", "--variant", "broken", "--from", str(before), "--to", str(after), "--json")
+    again = _attribute("--from", str(before), "--to", str(after), "--json")
     assert again.returncode == ExitCode.OK, again.stderr
     doc = json.loads(again.stdout)
     summary = doc["summary"]
@@ -113,11 +118,11 @@ def test_attribute_refuses_ends_alike_and_bad_ends(flip_root: Path) -> None:
     same.write_text(f"{FLIP}==1.0.0\n{OTHER}==2.0.0\n")
     start = flip_root / "start.txt"
     start.write_text(f"{FLIP}==1.1.0\n{OTHER}==1.0.0\n")
-    done = reprobox("attribute", "flip", "--variant", "broken", "--from", str(start), "--to", str(same))
+    done = _attribute("--from", str(start), "--to", str(same))
     assert done.returncode == ExitCode.BAD_INPUT, done.stderr
     assert "both ends are clean in 3 launches each" in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("reprobox: error: ")
     for end, message in ((str(flip_root / "missing.txt"), "not a file"),
                          (str(start), "pin the same versions")):  # fmt: skip
-        done = reprobox("attribute", "flip", "--variant", "broken", "--from", str(start), "--to", end)
+        done = _attribute("--from", str(start), "--to", end)
         assert done.returncode == ExitCode.BAD_INPUT and message in done.stderr, done.stderr

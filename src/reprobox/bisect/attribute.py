@@ -42,7 +42,7 @@ from reprobox.bisect.prober import (
     pipeline_probes,
 )
 from reprobox.bisect.releases import release_range
-from reprobox.bisect.search import BisectResult, bisect, ddmin
+from reprobox.bisect.search import bisect, ddmin
 from reprobox.bisect.summary import BisectSummary, ProbeEntry, runs_dir, write_summary
 from reprobox.core.cells import Cell, make_cell
 from reprobox.core.errors import BadInput

@@ -54,7 +54,9 @@ def records(command: Literal["run", "table"], found: list[Record], code: int,
     _print({**doc.model_dump(mode="json"), "records": [r.to_json() for r in found]})
 
 
-def search(command: Literal["bisect", "sweep", "attribute"], summary: BisectSummary, code: int) -> None:
+def search(
+    command: Literal["bisect", "sweep", "attribute"], summary: BisectSummary, code: int
+) -> None:
     """Print a bisect's or sweep's summary as summary.json holds it."""
     doc = SearchOutput(command=command, exit_code=code, summary=BisectSummary(),
                        summary_path=summary.summary_path)  # fmt: skip
