@@ -86,6 +86,22 @@ def test_one_package_flips_it_and_its_release_is_named(tmp_path: Path) -> None:
     assert again.result.split("; ")[0] == summary.result.split("; ")[0]
 
 
+def test_the_answer_says_how_to_go_on_to_the_commit(tmp_path: Path) -> None:
+    def rule(pins: dict[str, str], attempt: int) -> Verdict:
+        return R if Version(pins["alpha"]) >= Version("1.3") else C
+
+    def next_step(package: str, last: str, first: str) -> str:
+        return f"; on to the commit: {package} {last}..{first}"
+
+    fake = Fake(rule)
+    summary = attribute(
+        hist_target(tmp_path), START, END, index=INDEX, log_path=tmp_path / "log.jsonl",
+        probes=fake.probes, next_step=next_step,
+    )  # fmt: skip
+    assert summary.result.startswith("culprit: alpha 1.3 (its change from 1.0 to 2.0 flips")
+    assert summary.result.endswith("are monotone); on to the commit: alpha 1.2..1.3")
+
+
 def test_two_packages_that_flip_it_only_together_are_both_named(tmp_path: Path) -> None:
     def rule(pins: dict[str, str], attempt: int) -> Verdict:
         return R if pins["alpha"] == "2.0" and pins["beta"] == "2.0" else C
