@@ -150,3 +150,62 @@ def test_an_interrupt_stops_the_running_questions_and_asks_no_more(scratch_root:
         signal.signal(signal.SIGUSR1, previous)
     assert asked == ["run"], asked  # the bisect and the sweep were never asked
     assert waited == [True], waited
+
+
+def _cross(root: Path, fixed: bool = True) -> spec.Repro:
+    """A case reported in another package than its culprit's (`reported_in`): a variant
+    pinning the culprit at its first bad release, and (with `fixed`) one at its last good."""
+    variants = {"broken": "reproduced", **({"fixed": "clean"} if fixed else {})}
+    toml = repro_toml(
+        title="t", pins=("torch==2.13.0", "flagpkg==1.2.0"), variants=variants,
+        variant_extra={"fixed": 'pins = ["flagpkg==1.1.0"]\n'},
+    ) + TRUTH.replace("symptom =", 'reported_in = "otherpkg"\nsymptom =')  # fmt: skip
+    write_repro(root, "case", toml)
+    return spec.load(root, "case")
+
+
+def test_a_cross_package_case_is_asked_the_attribution_between_two_locks(
+    scratch_root: Path,
+) -> None:
+    assert "attribution" not in [q.kind for q in corpus.questions(_repro(scratch_root))]
+    repro = _cross(scratch_root)
+    question = corpus.questions(repro)[-1]
+    locks = repro.dir / "locks"
+    assert question.kind == "attribution" and question.args == (
+        "attribute", "case", "--variant", "broken", "--from", str(locks / "fixed.cpu.txt"),
+        "--to", str(locks / "broken.cpu.txt"), "--json",
+    )  # fmt: skip
+    # no variant pins the last good release: refused without a run, and said why
+    unasked = corpus.questions(_cross(scratch_root, fixed=False))[-1]
+    asked: list[Sequence[str]] = []
+
+    def ask(args: Sequence[str]) -> corpus.Reply:
+        asked.append(args)
+        return _reply(None, code=1)
+
+    [answer] = corpus.ask_cases([[unasked]], ask, at_once=1)
+    assert asked == [] and answer.grade == "refused"
+    assert answer.why == "no two variants pin flagpkg at 1.1.0 and 1.2.0 (the attribution's ends)"
+
+
+@pytest.mark.parametrize(
+    ("data", "grade"),
+    [
+        (_search("found", package="flagpkg", first="1.2.0"), "right"),
+        (_search("found", package="flagpkg", first="1.3.0"), "wrong"),
+        (_search("found", package="otherpkg", first="2.0.0"), "wrong"),
+        (_search("found", package=None, culprit=["flagpkg 1.1.0 -> 1.3.0", "x 1 -> 2"]),
+         "wrong"),
+        (_search("ambiguous", package="flagpkg", first=None, candidates=["1.2.0", "1.3.0"]),
+         "refused"),
+        (_search("flaky", flaky=["from"]), "refused"),
+        (_search("non-monotone", package="flagpkg"), "refused"),
+        (None, "refused"),
+    ],
+)  # fmt: skip
+def test_the_attribution_is_graded_against_the_truth(
+    scratch_root: Path, data: Any, grade: str
+) -> None:
+    question = corpus.questions(_cross(scratch_root))[-1]
+    answer = corpus.grade(question, _reply(data, code=0 if data else 2))
+    assert answer.grade == grade, answer

@@ -23,7 +23,7 @@ SUMMARY_FILE = "summary.json"
 LOG_FILE = "probes.jsonl"
 
 Status = Literal["found", "ambiguous", "flaky", "non-monotone", "mapped", "no-change", "undecided"]
-Kind = Literal["release", "date", "sweep", "commit"]
+Kind = Literal["release", "date", "sweep", "commit", "attribution"]
 
 
 class ProbeEntry(BaseModel):

@@ -39,9 +39,10 @@ class RunOutput(_Envelope):
 
 
 class SearchOutput(_Envelope):
-    """`bisect --json` and `sweep --json`: the summary also written beside the probe log."""
+    """`bisect --json`, `sweep --json` and `attribute --json`: the summary also written
+    beside the probe log."""
 
-    command: Literal["bisect", "sweep"]
+    command: Literal["bisect", "sweep", "attribute"]
     summary: BisectSummary
     summary_path: str  # where that summary.json lies
 
@@ -53,7 +54,9 @@ def records(command: Literal["run", "table"], found: list[Record], code: int,
     _print({**doc.model_dump(mode="json"), "records": [r.to_json() for r in found]})
 
 
-def search(command: Literal["bisect", "sweep"], summary: BisectSummary, code: int) -> None:
+def search(
+    command: Literal["bisect", "sweep", "attribute"], summary: BisectSummary, code: int
+) -> None:
     """Print a bisect's or sweep's summary as summary.json holds it."""
     doc = SearchOutput(command=command, exit_code=code, summary=BisectSummary(),
                        summary_path=summary.summary_path)  # fmt: skip
@@ -98,8 +101,10 @@ and the exit code says what happened.
 - `run --json`, `table --json`: `records` are the records exactly as each run folder's
   `record.json` holds them (`schema` is the record's own version); `table` adds `notes`, the
   later runs of a cell that measured nothing.
-- `bisect --json`, `sweep --json`: `summary` is the `summary.json` written beside the probe
-  log (`summary_path`); its `status`, `first`, `candidates` and `result` are the answer.
+- `bisect --json`, `sweep --json`, `attribute --json`: `summary` is the `summary.json`
+  written beside the probe log (`summary_path`); its `status`, `first`, `candidates` and
+  `result` are the answer (an attribution's `kind` is `attribution`: `changes` lists what
+  differs between the ends, `culprit` the change(s) named, `package` the one package).
 - `bisect --dry-run --json`: the plan; nothing is launched.
 
 `version` is the envelope's version; fields may be added, never renamed, within one version.

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
+from reprobox.cli import attribute as attribute_cli
 from reprobox.cli import bisect as bisect_cli
 from reprobox.cli import bundle as bundle_cli
 from reprobox.cli import catalog as catalog_cli
@@ -147,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
     run_cli.register(commands)
     verdict_cli.register(commands)
     bisect_cli.register(commands)
+    attribute_cli.register(commands)
     report_cli.register(commands)
     export_cli.register(commands)
     bundle_cli.register(commands)

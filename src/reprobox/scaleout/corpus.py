@@ -9,6 +9,12 @@ A wrong answer is one printed as certain that the truth contradicts: a verdict t
 its variant's expectation, a boundary at another release, "no change" over a range that
 holds an edge, a sweep whose ranges are not the truth's. Anything that claims nothing (an
 undecided, flaky or non-monotone bisect, an error, cannot-test) is a refusal.
+
+A case whose culprit is another package than the one it was reported in (`[truth]
+reported_in`) is also asked the attribution: `reprobox attribute` from the committed lock of
+a variant pinning the culprit at its last good release to that of one pinning it at its first
+bad (two environments that differ in several pins), graded right when it names the package
+at its first bad release.
 """
 
 from __future__ import annotations
@@ -20,12 +26,15 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Literal
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from reprobox.core.spec import Repro, TruthSection
+from reprobox.run.environments import lock_path
 
 WAKE_S = 0.2  # how soon the campaign's main thread handles a signal
-QuestionKind = Literal["verdicts", "bisect", "sweep"]
+QuestionKind = Literal["verdicts", "bisect", "sweep", "attribution"]
 Grade = Literal["right", "refused", "wrong"]
 
 
@@ -35,6 +44,7 @@ class Question:
     kind: QuestionKind
     args: tuple[str, ...]  # the `reprobox` arguments, `--json` included
     truth: TruthSection
+    unasked: str = ""  # why it cannot be asked (a refusal without a run)
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,40 @@ def questions(repro: Repro) -> list[Question]:
                                   "--json"), truth),
         Question(name, "sweep", ("sweep", name, *searched, "--range", f">={good},<={upper}",
                                  "--json"), truth),
+        *([_attribution(repro, variant, truth)] if truth.reported_in else []),
     ]  # fmt: skip
+
+
+def _attribution(repro: Repro, variant: str, truth: TruthSection) -> Question:
+    """`attribute` from the lock of a variant pinning the culprit at its last good release
+    to the lock of one pinning it at its first bad (the first such variants, on cpu)."""
+    ends = [_pinned_at(repro, truth.package, v) for v in (truth.last_good, truth.first_bad)]
+    if None in ends:
+        why = (
+            f"no two variants pin {truth.package} at {truth.last_good} and {truth.first_bad} "
+            "(the attribution's ends)"
+        )
+        return Question(repro.name, "attribution", (), truth, unasked=why)
+    start, end = (str(lock_path(repro, v, "cpu")) for v in ends if v is not None)
+    return Question(repro.name, "attribution", ("attribute", repro.name, "--variant", variant,
+                    "--from", start, "--to", end, "--json"), truth)  # fmt: skip
+
+
+def _pinned_at(repro: Repro, package: str, version: str) -> str | None:
+    """The first variant (on cpu) whose pins hold `package==version`."""
+    name = canonicalize_name(package)
+    for variant in repro.variants_on("cpu"):
+        for text in repro.requirements(variant, "cpu"):
+            requirement = Requirement(text)
+            specs = list(requirement.specifier)
+            if (
+                canonicalize_name(requirement.name) == name
+                and len(specs) == 1
+                and specs[0].operator == "=="
+                and Version(specs[0].version) == Version(version)
+            ):
+                return variant
+    return None
 
 
 def _holds_edge(good: str, bad: str, truth: TruthSection) -> bool:
@@ -125,6 +168,10 @@ def ask_cases(
         for question in items:
             if stop.is_set():
                 break
+            if question.unasked:
+                no = Reply(code=2, data=None, cpu_s=0.0, wall_s=0.0, error=question.unasked)
+                answers.append(grade(question, no))
+                continue
             answers.append(grade(question, ask(question.args)))
         return answers
 
@@ -154,7 +201,26 @@ def grade(question: Question, reply: Reply) -> Answer:
         return _answer(question, "refused", "(no answer)", why, 0, reply)
     if question.kind == "verdicts":
         return _grade_verdicts(question, data, reply)
+    if question.kind == "attribution":
+        return _grade_attribution(question, data, reply)
     return _grade_search(question, data, reply)
+
+
+def _grade_attribution(question: Question, data: Any, reply: Reply) -> Answer:
+    """Right: the truth's package at its first bad release; a refusal: no culprit claimed
+    (flaky, non-monotone, a set or release left open); wrong: any other culprit claimed."""
+    summary = data.get("summary", data) if isinstance(data, dict) else {}
+    line = str(summary.get("result") or "(no result line)")
+    runs = int(summary.get("runs") or 0)
+    status, truth = summary.get("status"), question.truth
+    if status != "found":
+        return _answer(question, "refused", line, f"status {status}", runs, reply)
+    package, first = summary.get("package"), summary.get("first")
+    named = f"{package} {first}" if package else " + ".join(summary.get("culprit") or [])
+    if package == canonicalize_name(truth.package) and first == truth.first_bad:
+        return _answer(question, "right", line, f"culprit {named}", runs, reply)
+    why = f"named {named}, the truth is {truth.package} {truth.first_bad}"
+    return _answer(question, "wrong", line, why, runs, reply)
 
 
 def _answer(q: Question, g: Grade, line: str, why: str, runs: int, reply: Reply) -> Answer:
