@@ -30,6 +30,7 @@ mean and 95th-percentile launches, and two lower bounds on the mean launches of 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import sys
@@ -398,7 +399,7 @@ def main() -> None:
         rows = []
         for row in pool.imap(cell, todo):
             rows.append(row)
-            print(f"done {row['kind']} N={row['n']}", file=sys.stderr, flush=True)
+            print(json.dumps(row), file=sys.stderr, flush=True)  # kept if the run is cut
     wall = round(time.perf_counter() - started, 1)
     if args.table:
         print(table(rows))
