@@ -24,7 +24,7 @@ from packaging.version import Version
 from reprobox.bisect.dates import DateItem, date_bisect
 from reprobox.bisect.prober import BisectError, Outcome, Probes
 from reprobox.bisect.releases import release_bisect
-from reprobox.bisect.summary import BisectSummary, ProbeEntry, runs_dir, summary_file
+from reprobox.bisect.summary import BisectSummary, DateDetails, ProbeEntry, runs_dir, summary_file
 from reprobox.bisect.sweep import sweep
 from reprobox.core.cells import make_cell
 from reprobox.core.judge import Status
@@ -168,9 +168,9 @@ def test_a_date_bisect_is_checked_against_verdicts_on_disk(tmp_path: Path) -> No
     assert summary.status == "non-monotone", summary.result
     [against] = summary.contradictions
     assert (against.item, against.verdict, against.source) == ("2023-10-28", C, "bisect earlier")
-    assert summary.culprit == []
+    assert isinstance(summary.details, DateDetails) and summary.details.culprit == []
     # another floated package's bisect says nothing about these days
-    seen.floated = ["numpy"]
+    seen = seen.model_copy(update={"details": DateDetails(floated=["numpy"])})
     (earlier / "summary.json").write_text(seen.model_dump_json())
     again = date_bisect(
         target, date(2023, 10, 20), date(2023, 10, 30), ["accelerate"], index=index,

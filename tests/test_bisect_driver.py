@@ -22,7 +22,7 @@ from reprobox.bisect.axes import Strategy
 from reprobox.bisect.dates import DateItem, date_bisect
 from reprobox.bisect.prober import BisectError, Outcome, Probes
 from reprobox.bisect.releases import release_bisect
-from reprobox.bisect.summary import BisectSummary, ProbeEntry, read_summary
+from reprobox.bisect.summary import BisectSummary, ProbeEntry, SweepDetails, read_summary
 from reprobox.bisect.sweep import sweep
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import RecordStore
@@ -108,7 +108,9 @@ def test_every_axis_is_searched_by_the_one_driver(
         hist_target(tmp_path), "transformers", ">=4.46.1,<=4.48.2", transformers_index(),
         probes=Noisy(p=1.0).probes,
     )  # fmt: skip
-    assert mapped.affected == ">=4.48.0,<=4.48.2" and mapped.runs == len(RANGE), mapped.result
+    assert isinstance(mapped.details, SweepDetails)
+    assert mapped.details.affected == ">=4.48.0,<=4.48.2", mapped.result
+    assert mapped.runs == len(RANGE)
     assert kinds == ["release", "date", "sweep"]  # the commit axis: tests/test_commits.py
 
 

@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from reprobox.bisect.summary import BisectSummary, read_summaries, read_summary
+from reprobox.bisect.summary import (
+    BisectSummary,
+    CommitDetails,
+    DateDetails,
+    ReleaseDetails,
+    SweepDetails,
+    read_summaries,
+    read_summary,
+)
 
 OLD = Path(__file__).parent / "fixtures" / "summaries_v1"
 
@@ -23,7 +31,8 @@ def _load(name: str, tmp_path: Path) -> BisectSummary:
 
 def test_an_old_release_summary_loads(tmp_path: Path) -> None:
     s = _load("release_found.json", tmp_path)
-    assert (s.kind, s.status, s.package, s.good, s.bad) == (
+    assert isinstance(s.details, ReleaseDetails)
+    assert (s.kind, s.status, s.package, s.details.good, s.details.bad) == (
         "release", "found", "transformers", "4.48.1", "4.48.0"
     )  # fmt: skip
     assert s.first == "4.48.1" and s.result.startswith("first clean release")
@@ -45,26 +54,29 @@ def test_old_flaky_and_metric_summaries_keep_their_posterior(tmp_path: Path) -> 
 def test_an_old_sweep_summary_keeps_its_map(tmp_path: Path) -> None:
     s = _load("sweep.json", tmp_path)
     assert (s.kind, s.status, s.package) == ("sweep", "mapped", "transformers")
-    assert s.affected and s.events and s.range
+    assert isinstance(s.details, SweepDetails)
+    assert s.details.affected and s.details.events and s.details.range
 
 
 def test_an_old_date_summary_keeps_its_day_and_culprit(tmp_path: Path) -> None:
     s = _load("date.json", tmp_path)
-    assert (s.kind, s.start, s.end, s.floated) == (
-        "date",
-        "2023-10-01",
-        "2023-11-10",
-        ["accelerate"],
-    )
-    assert s.culprit == ["accelerate 0.23.0 -> 0.24.0"] and s.released_on_day
+    day = s.details
+    assert isinstance(day, DateDetails) and s.package is None
+    assert (s.kind, day.start, day.end, day.floated) == (
+        "date", "2023-10-01", "2023-11-10", ["accelerate"]
+    )  # fmt: skip
+    assert day.culprit == ["accelerate 0.23.0 -> 0.24.0"] and day.released_on_day
     assert s.first == "2023-10-24"
 
 
 def test_an_old_commit_summary_keeps_the_commit_it_named(tmp_path: Path) -> None:
     s = _load("commit_descended.json", tmp_path)
-    assert (s.kind, s.package, s.first_parent) == ("commit", "reprobox-flagpkg", False)
-    assert s.commit is not None and s.commit.pr == 15 and s.descended == [s.commit.merge]
-    assert s.good_sha and s.bad_sha and s.repo
+    asked = s.details
+    assert isinstance(asked, CommitDetails)
+    assert (s.kind, s.package, asked.first_parent) == ("commit", "reprobox-flagpkg", False)
+    assert asked.commit is not None and asked.commit.pr == 15
+    assert asked.descended == [asked.commit.merge]
+    assert asked.good_sha and asked.bad_sha and asked.repo
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in OLD.glob("*.json")))
@@ -75,6 +87,15 @@ def test_an_old_summary_written_again_reads_the_same(name: str, tmp_path: Path) 
     again.parent.mkdir()
     again.write_text(old.model_dump_json())
     assert read_summary(again).model_dump() == old.model_dump()
+
+
+def test_a_summary_of_no_known_kind_is_refused(tmp_path: Path) -> None:
+    """A kind the union does not know is an error naming the summary, not a release."""
+    path = tmp_path / "x" / "summary.json"
+    path.parent.mkdir()
+    path.write_text('{"kind": "bogus", "status": "found"}')
+    with pytest.raises(ValueError, match="not a bisect summary"):
+        read_summary(path)
 
 
 def test_a_folder_of_old_summaries_reads_whole(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from reprobox.bisect.search import BisectResult, bisect
 from reprobox.bisect.summary import (
     BisectSummary,
     CommitAnswer,
+    CommitDetails,
     ProbeEntry,
     answer,
     read_summaries,
@@ -131,8 +132,10 @@ def commit_bisect(
         return extra
 
     def answer(summary: BisectSummary, run: Run[str]) -> str:
+        asked = summary.details
+        assert isinstance(asked, CommitDetails), "a commit bisect's summary"
         if summary.status == "found" and summary.first is not None:
-            summary.commit = _answer(clone, url, summary.first, summary.descended)
+            asked.commit = _answer(clone, url, summary.first, asked.descended)
         return answer_line(summary, clone, (shas[0][:10], shas[-1][:10]))
 
     axis = Axis(
@@ -225,8 +228,9 @@ def describe(clone: Path, sha: str) -> str:
 def answer_line(summary: BisectSummary, clone: Path, ends: tuple[str, str]) -> str:
     """The one line a commit bisect ends with: the commit, its pull request, author, link."""
     kind = verdict_word(summary.end_verdict)
-    if summary.status == "found" and summary.commit is not None:
-        c = summary.commit
+    named = summary.details.commit if isinstance(summary.details, CommitDetails) else None
+    if summary.status == "found" and named is not None:
+        c = named
         pr = f"PR #{c.pr}, " if c.pr is not None else ""
         via = f", merged in {c.merge[:10]}" if c.merge else ""
         link = c.pr_link or c.link

@@ -23,7 +23,7 @@ from reprobox.bisect.axes import Axis, Run, Strategy
 from reprobox.bisect.driver import drive
 from reprobox.bisect.prober import Probes, Target, pin_overrides, pipeline_probes
 from reprobox.bisect.search import SearchError, ddmin
-from reprobox.bisect.summary import BisectSummary, ProbeEntry, answer
+from reprobox.bisect.summary import BisectSummary, DateDetails, ProbeEntry, answer
 from reprobox.core.cells import Cell, make_cell
 from reprobox.core.errors import BadInput
 from reprobox.envs import locks
@@ -233,9 +233,11 @@ def date_axis(
         )
 
     def answer_line(summary: BisectSummary, run: Run[DateItem]) -> str:
+        day = summary.details
+        assert isinstance(day, DateDetails), "a date bisect's summary"
         detail = ""
         if summary.status == "found":
-            new = summary.released_on_day
+            new = day.released_on_day
             named = "; ".join(new) if new else f"no release of {', '.join(sorted(floated))}"
             detail = f"UTC; new that day: {named}"
         line = answer(
@@ -244,8 +246,8 @@ def date_axis(
         )  # fmt: skip
         if summary.status == "found":
             line += "; culprit: " + (
-                ", ".join(summary.culprit)
-                if summary.culprit
+                ", ".join(day.culprit)
+                if day.culprit
                 else "none (the two resolutions do not differ)"
             )
         return line

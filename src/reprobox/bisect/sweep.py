@@ -17,7 +17,14 @@ from reprobox.bisect import checks
 from reprobox.bisect.axes import Axis, Run, Strategy
 from reprobox.bisect.driver import drive
 from reprobox.bisect.prober import Probes, Target, overrides_note, pin_overrides, release_probes
-from reprobox.bisect.summary import BisectSummary, Contradiction, Event, ProbeEntry, events_line
+from reprobox.bisect.summary import (
+    BisectSummary,
+    Contradiction,
+    Event,
+    ProbeEntry,
+    SweepDetails,
+    events_line,
+)
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.envs.index import PackageIndex, select
@@ -167,7 +174,9 @@ def disagreements(
 def sweep_sentence(summary: BisectSummary, stretches: int, unread: str = "") -> str:
     """The line a sweep ends with: the affected ranges, or that nothing reproduces; a
     verdict on disk against a release's probe makes the map uncertain, said so."""
-    probed = len(summary.versions) - len(summary.untested)
+    the_map = summary.details
+    assert isinstance(the_map, SweepDetails), "a sweep's summary"
+    probed = len(summary.versions) - len(the_map.untested)
     counts = f"{probed} of {len(summary.versions)} releases tested"
     counts += overrides_note(summary.overrides, summary.override_commits)
     if summary.contradictions:
@@ -180,16 +189,16 @@ def sweep_sentence(summary: BisectSummary, stretches: int, unread: str = "") -> 
         counts += f"; {summary.agreeing} verdict(s) on disk agree"
     if unread:
         counts += f"; {unread}"
-    if summary.untested:
-        counts += f"; untested: {', '.join(summary.untested)}"
-    if not summary.affected:
-        return f"no release of {summary.package} in {summary.range} reproduces ({counts})"
-    changed = sum(1 for e in summary.events if e.last_affected is None)
+    if the_map.untested:
+        counts += f"; untested: {', '.join(the_map.untested)}"
+    if not the_map.affected:
+        return f"no release of {the_map.package} in {the_map.range} reproduces ({counts})"
+    changed = sum(1 for e in the_map.events if e.last_affected is None)
     changes = (
         f"; the verdict changes {changed} times: a bisect of this range would not be certain"
         if stretches > 1
         else ""
     )
-    bounds = events_line([e for e in summary.events if e.bound], summary.versions)
+    bounds = events_line([e for e in the_map.events if e.bound], summary.versions)
     edges = f"; {bounds}" if bounds else ""
-    return f"{summary.package} affected: {summary.affected} ({counts}{edges}{changes})"
+    return f"{the_map.package} affected: {the_map.affected} ({counts}{edges}{changes})"

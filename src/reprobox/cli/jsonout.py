@@ -41,6 +41,9 @@ class RunOutput(_Envelope):
 class SearchOutput(_Envelope):
     """`bisect --json` and `sweep --json`: the summary also written beside the probe log."""
 
+    # 2: a kind's own fields (a sweep's `affected`, a date's `culprit`, a commit's `commit`,
+    # ...) moved from the summary's top level into `summary.details`, tagged by `kind`
+    version: int = 2
     command: Literal["bisect", "sweep"]
     summary: BisectSummary
     summary_path: str  # where that summary.json lies
@@ -99,7 +102,10 @@ and the exit code says what happened.
   `record.json` holds them (`schema` is the record's own version); `table` adds `notes`, the
   later runs of a cell that measured nothing.
 - `bisect --json`, `sweep --json`: `summary` is the `summary.json` written beside the probe
-  log (`summary_path`); its `status`, `first`, `candidates` and `result` are the answer.
+  log (`summary_path`); its `status`, `first`, `candidates` and `result` are the answer, and
+  `details` holds what only its kind has (tagged by `kind`: a release's ends, a sweep's
+  `affected` and `events`, a date's `culprit`, a commit's `commit`); version 2 moved these
+  there from the top level, where version 1 had them (a summary.json of before still loads).
 - `bisect --dry-run --json`: the plan; nothing is launched.
 
 `version` is the envelope's version; fields may be added, never renamed, within one version.

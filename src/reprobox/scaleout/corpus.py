@@ -202,7 +202,10 @@ def _grade_search(question: Question, data: Any, reply: Reply) -> Answer:
         return _answer(question, "refused", line, f"status {status}", runs, reply)
     if status != "mapped":
         return _answer(question, "refused", line, f"status {status}", runs, reply)
-    found = summary.get("events") or []  # an event each: {"introduced": V} or {"fixed": V}
+    # the map: the summary's `details` (--json version 2), its top level in version 1
+    details = summary.get("details")
+    the_map = details if isinstance(details, dict) else summary
+    found = the_map.get("events") or []  # an event each: {"introduced": V} or {"fixed": V}
     events = {
         "introduced": [e["introduced"] for e in found if e.get("introduced")],
         "fixed": [e["fixed"] for e in found if e.get("fixed")],
@@ -213,8 +216,8 @@ def _grade_search(question: Question, data: Any, reply: Reply) -> Answer:
     }
     if events == expected:
         return _answer(question, "right", line, f"events {events}", runs, reply)
-    if summary.get("untested"):  # ranges with holes: nothing claimed about those releases
-        why = f"events {events} with untested {summary.get('untested')}"
+    if the_map.get("untested"):  # ranges with holes: nothing claimed about those releases
+        why = f"events {events} with untested {the_map.get('untested')}"
         return _answer(question, "refused", line, why, runs, reply)
     why = f"events {events}, the truth {expected}"
     return _answer(question, "wrong", line, why, runs, reply)
