@@ -12,6 +12,7 @@ from bisect_fakes import C, R, hist_target, transformers_history, transformers_i
 
 from reprobox.bisect.prober import BisectError
 from reprobox.bisect.releases import release_bisect
+from reprobox.bisect.strategy import Strategy
 from reprobox.bisect.summary import SUMMARY_FILE, SweepDetails, read_summary
 from reprobox.bisect.sweep import affected_ranges, events_line, sweep
 from reprobox.core.cells import make_cell
@@ -36,7 +37,7 @@ def test_verify_probes_catch_a_change_that_came_back(tmp_path: Path) -> None:
     history = transformers_history()
     summary = release_bisect(
         hist_target(tmp_path), "transformers", "4.49.0", "4.47.0", transformers_index(),
-        verify=2, probes=history.probes,
+        strategy=Strategy(verify=2), probes=history.probes,
     )  # fmt: skip
     # Today's answer was "first clean release: transformers 4.47.1", although 4.48.0 reproduces.
     assert summary.status == "non-monotone"
@@ -80,7 +81,7 @@ def test_verdicts_on_disk_are_checked_before_the_answer_is_printed(tmp_path: Pat
     history = transformers_history()
     summary = release_bisect(
         hist_target(tmp_path), "transformers", "4.49.0", "4.47.0", transformers_index(),
-        verify=0, probes=history.probes,
+        strategy=Strategy(verify=0), probes=history.probes,
     )  # fmt: skip
     assert summary.status == "non-monotone"
     [against] = summary.contradictions
@@ -145,7 +146,7 @@ def test_a_sweep_maps_every_release_as_advisory_ranges(tmp_path: Path) -> None:
     # A later bisect of a stretch inside it is checked against the sweep's verdicts.
     again = release_bisect(
         target, "transformers", "4.49.0", "4.47.0", transformers_index(),
-        verify=0, probes=transformers_history().probes,
+        strategy=Strategy(verify=0), probes=transformers_history().probes,
     )  # fmt: skip
     assert again.status == "non-monotone"
     assert any(c.source == f"bisect {path.parent.name}" for c in again.contradictions)

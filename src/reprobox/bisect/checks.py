@@ -21,6 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from reprobox.bisect.log import ProbeLog
+from reprobox.bisect.outcome import Known
 from reprobox.bisect.prober import BisectError, Prober, Target
 from reprobox.bisect.search import BisectResult
 from reprobox.bisect.summary import (
@@ -36,8 +37,6 @@ from reprobox.bisect.summary import (
 from reprobox.core.errors import ExitCode, ReproboxError
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import RecordStore
-
-Known = tuple[str, Verdict, str]  # (item, verdict, where it was measured)
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -425,23 +425,24 @@ def answer(
 
 
 def from_search(
-    fields: Mapping[str, Any],
+    question: BisectSummary,
     result: BisectResult[Any],
     found: list[Contradiction],
     verified: list[str],
     *,
     shown: Callable[[Any], str] = str,
     final: BisectResult[Any] | None = None,
-    **extra: Any,
+    agreeing: int = 0,
+    details: Details | None = None,
 ) -> BisectSummary:
-    """A bisect's summary from its search. Any contradiction (a verify probe or a verdict on
-    disk against the answer) makes the status non-monotone, never found: the one place that
-    rule lives. `final` is a narrower search inside `result` (a descent into a merge)."""
+    """A bisect's summary from its search, on its `question`. Any contradiction (a verify
+    probe or a verdict on disk against the answer) makes the status non-monotone, never
+    found: the one place that rule lives. `final` is a narrower search inside `result` (a
+    descent into a merge); `details` what the axis found beside it (None: the question's)."""
     last = final or result
     status = "non-monotone" if found and result.status != "flaky" else last.status
-    return BisectSummary.model_validate(
-        {
-            **fields,
+    return question.model_copy(
+        update={
             "status": status,
             "start_verdict": result.start_verdict.value,
             "end_verdict": result.end_verdict.value,
@@ -450,8 +451,9 @@ def from_search(
             "candidates": [shown(c) for c in last.candidates],
             "flaky": [shown(f) for f in [*result.flaky, *(final.flaky if final else [])]],
             "verified": verified,
-            "contradictions": [c.model_dump() for c in found],
-            **extra,
+            "contradictions": list(found),
+            "agreeing": agreeing,
+            "details": details if details is not None else question.details,
         }
     )
 
