@@ -16,7 +16,7 @@ from fakes import FakeIndex
 from reprobox.bisect.attribute import Step, attribute, read_pins
 from reprobox.bisect.checks import NoisyEnds
 from reprobox.bisect.prober import BisectError, Outcome, Probes
-from reprobox.bisect.summary import BisectSummary
+from reprobox.bisect.summary import AttributionDetails, BisectSummary
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.envs.index import Release
@@ -48,6 +48,12 @@ class Fake:
         return Probes(run=self.run, env_key=lambda step: repr(step))
 
 
+def _details(summary: BisectSummary) -> AttributionDetails:
+    """An attribution's own fields (the summary's tagged `details`)."""
+    assert isinstance(summary.details, AttributionDetails), summary.details
+    return summary.details
+
+
 def _ask(
     tmp_path: Path, rule: Rule, start: dict[str, str] = START, end: dict[str, str] = END
 ) -> tuple[BisectSummary, Fake]:
@@ -67,7 +73,7 @@ def test_one_package_flips_it_and_its_release_is_named(tmp_path: Path) -> None:
     summary, fake = _ask(tmp_path, rule)
     assert summary.status == "found" and summary.package == "gamma"
     assert summary.first == "1.2" and summary.last_start == "1.1"
-    assert summary.culprit == ["gamma 1.0 -> 2.0"]
+    assert _details(summary).culprit == ["gamma 1.0 -> 2.0"]
     assert summary.result.startswith(
         "culprit: gamma 1.2 (its change from 1.0 to 2.0 flips broken from clean to "
         "reproduced; 3 packages differ between the ends; "
@@ -108,7 +114,7 @@ def test_two_packages_that_flip_it_only_together_are_both_named(tmp_path: Path) 
 
     summary, _ = _ask(tmp_path, rule)
     assert summary.status == "found" and summary.package is None
-    assert summary.culprit == ["alpha 1.0 -> 2.0", "beta 1.0 -> 2.0"]
+    assert _details(summary).culprit == ["alpha 1.0 -> 2.0", "beta 1.0 -> 2.0"]
     assert summary.result.startswith(
         "culprit: alpha 1.0 -> 2.0 together with beta 1.0 -> 2.0 (only their changes "
         "together flip broken from clean to reproduced; "
@@ -138,7 +144,7 @@ def test_a_set_that_cannot_install_is_a_skip_not_an_answer(tmp_path: Path) -> No
     summary, _ = _ask(tmp_path / "hidden", hidden)
     # beta may not matter, but nothing measured says so: both named, as a set, no release
     assert summary.status == "ambiguous" and summary.package is None
-    assert summary.culprit == ["beta 1.0 -> 2.0", "gamma 1.0 -> 2.0"]
+    assert _details(summary).culprit == ["beta 1.0 -> 2.0", "gamma 1.0 -> 2.0"]
     assert summary.result.startswith("culprit among: beta 1.0 -> 2.0 together with gamma")
 
 

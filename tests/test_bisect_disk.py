@@ -24,7 +24,8 @@ from packaging.version import Version
 from reprobox.bisect.dates import DateItem, date_bisect
 from reprobox.bisect.prober import BisectError, Outcome, Probes
 from reprobox.bisect.releases import release_bisect
-from reprobox.bisect.summary import BisectSummary, ProbeEntry, runs_dir, summary_file
+from reprobox.bisect.strategy import Strategy
+from reprobox.bisect.summary import BisectSummary, DateDetails, ProbeEntry, runs_dir, summary_file
 from reprobox.bisect.sweep import sweep
 from reprobox.core.cells import make_cell
 from reprobox.core.judge import Status
@@ -48,8 +49,9 @@ def test_another_repros_log_in_a_sibling_folder_is_not_held_against_the_answer(
     )  # fmt: skip
     mine = hist_target(tmp_path)
     summary = release_bisect(
-        mine, "transformers", "4.49.0", "4.47.0", transformers_index(), verify=0,
-        log_path=logs / "a" / "probes.jsonl", probes=transformers_history(**MONOTONE).probes,
+        mine, "transformers", "4.49.0", "4.47.0", transformers_index(),
+        strategy=Strategy(verify=0), log_path=logs / "a" / "probes.jsonl",
+        probes=transformers_history(**MONOTONE).probes,
     )  # fmt: skip
     # main: non-monotone, "transformers 4.48.0 reproduces (bisect b)": the other repro's
     assert summary.status == "found", summary.result
@@ -66,8 +68,9 @@ def test_a_log_outside_results_still_sees_the_verdicts_in_the_store(tmp_path: Pa
     assert Path(swept.summary_path).is_relative_to(RecordStore(target.results).bisect_dir("hist"))
     elsewhere = tmp_path / "elsewhere" / "deep" / "mine.jsonl"
     summary = release_bisect(
-        target, "transformers", "4.49.0", "4.47.0", transformers_index(), verify=0,
-        log_path=elsewhere, probes=transformers_history(**MONOTONE).probes,
+        target, "transformers", "4.49.0", "4.47.0", transformers_index(),
+        strategy=Strategy(verify=0), log_path=elsewhere,
+        probes=transformers_history(**MONOTONE).probes,
     )  # fmt: skip
     # main: "found" (the check read elsewhere/, beside the log, and saw none of the sweep)
     assert summary.status == "non-monotone", summary.result
@@ -81,8 +84,9 @@ def test_two_logs_in_one_folder_keep_their_own_summary_and_runs(tmp_path: Path) 
     target = hist_target(tmp_path)
     folder = tmp_path / "logs"
     one = release_bisect(
-        target, "transformers", "4.49.0", "4.47.0", transformers_index(), verify=0,
-        log_path=folder / "one.jsonl", probes=transformers_history(**MONOTONE).probes,
+        target, "transformers", "4.49.0", "4.47.0", transformers_index(),
+        strategy=Strategy(verify=0), log_path=folder / "one.jsonl",
+        probes=transformers_history(**MONOTONE).probes,
     )  # fmt: skip
     two = sweep(
         target, "transformers", ">=4.44.2,<=4.46.0", transformers_index(),
@@ -162,19 +166,19 @@ def test_a_date_bisect_is_checked_against_verdicts_on_disk(tmp_path: Path) -> No
     (earlier / "summary.json").write_text(seen.model_dump_json())
     summary = date_bisect(
         target, date(2023, 10, 20), date(2023, 10, 30), ["accelerate"], index=index,
-        verify=0, probes_for=_date_probes,
+        strategy=Strategy(verify=0), probes_for=_date_probes,
     )  # fmt: skip
     # main: "first reproducing date: 2023-10-24 ...; culprit: accelerate 0.23.0 -> 0.24.0"
     assert summary.status == "non-monotone", summary.result
     [against] = summary.contradictions
     assert (against.item, against.verdict, against.source) == ("2023-10-28", C, "bisect earlier")
-    assert summary.culprit == []
+    assert isinstance(summary.details, DateDetails) and summary.details.culprit == []
     # another floated package's bisect says nothing about these days
-    seen.floated = ["numpy"]
+    seen = seen.model_copy(update={"details": DateDetails(floated=["numpy"])})
     (earlier / "summary.json").write_text(seen.model_dump_json())
     again = date_bisect(
         target, date(2023, 10, 20), date(2023, 10, 30), ["accelerate"], index=index,
-        verify=0, probes_for=_date_probes,
+        strategy=Strategy(verify=0), probes_for=_date_probes,
     )  # fmt: skip
     assert again.status == "found", again.result
 

@@ -18,11 +18,11 @@ from bisect_fakes import FakeIndex, hist_target, transformers_index
 from test_bisect_disk import ACCELERATE, _date_probes
 
 from reprobox.bisect import driver
-from reprobox.bisect.axes import Strategy
 from reprobox.bisect.dates import DateItem, date_bisect
 from reprobox.bisect.prober import BisectError, Outcome, Probes
 from reprobox.bisect.releases import release_bisect
-from reprobox.bisect.summary import BisectSummary, ProbeEntry, read_summary
+from reprobox.bisect.strategy import Strategy
+from reprobox.bisect.summary import BisectSummary, ProbeEntry, SweepDetails, read_summary
 from reprobox.bisect.sweep import sweep
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import RecordStore
@@ -90,7 +90,7 @@ def test_every_axis_is_searched_by_the_one_driver(
     real = driver.drive
 
     def spy(target, axis, strategy, **kw):  # type: ignore[no-untyped-def]
-        kinds.append(axis.kind)
+        kinds.append(axis.question.asked.kind)
         return real(target, axis, strategy, **kw)
 
     for module in ("releases", "dates", "commits", "sweep"):
@@ -101,14 +101,16 @@ def test_every_axis_is_searched_by_the_one_driver(
     index = FakeIndex({"accelerate": ACCELERATE})
     days = date_bisect(
         hist_target(tmp_path), date(2023, 10, 20), date(2023, 10, 30), ["accelerate"],
-        index=index, verify=0, probes_for=_date_probes,
+        index=index, strategy=Strategy(verify=0), probes_for=_date_probes,
     )  # fmt: skip
     assert days.status == "found" and days.first == "2023-10-24", days.result
     mapped = sweep(
         hist_target(tmp_path), "transformers", ">=4.46.1,<=4.48.2", transformers_index(),
         probes=Noisy(p=1.0).probes,
     )  # fmt: skip
-    assert mapped.affected == ">=4.48.0,<=4.48.2" and mapped.runs == len(RANGE), mapped.result
+    assert isinstance(mapped.details, SweepDetails)
+    assert mapped.details.affected == ">=4.48.0,<=4.48.2", mapped.result
+    assert mapped.runs == len(RANGE)
     assert kinds == ["release", "date", "sweep"]  # the commit axis: tests/test_commits.py
 
 

@@ -149,8 +149,9 @@ def test_sweep_prints_the_affected_releases(toy_root: Path) -> None:
         done.stderr
     )
     summary = _summary(done.stderr)
-    assert summary["kind"] == "sweep" and summary["affected"] == ">=1.26.0,<=1.26.1"
-    assert summary["events"][-1] == {
+    swept = summary["details"]  # a sweep's map: its kind's details
+    assert summary["kind"] == swept["kind"] == "sweep" and swept["affected"] == ">=1.26.0,<=1.26.1"
+    assert swept["events"][-1] == {
         "introduced": None, "fixed": None, "last_affected": "1.26.1", "bound": True, "after": None,
     }  # fmt: skip
 
@@ -159,7 +160,7 @@ def test_sweep_prints_the_affected_releases(toy_root: Path) -> None:
     assert again.stderr.count("from the log") == 3
     doc = json.loads(again.stdout)
     assert doc["command"] == "sweep" and doc["exit_code"] == 0
-    assert doc["summary"]["affected"] == summary["affected"] == ">=1.26.0,<=1.26.1"
+    assert doc["summary"]["details"]["affected"] == swept["affected"] == ">=1.26.0,<=1.26.1"
     assert doc["summary"] == json.loads(Path(doc["summary_path"]).read_text())
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from bisect_fakes import hist_target, transformers_index
 
-from reprobox.bisect.axes import Strategy
 from reprobox.bisect.prober import Outcome, ProbeFailed, Probes
 from reprobox.bisect.releases import release_bisect
+from reprobox.bisect.strategy import Strategy
 from reprobox.bisect.summary import BisectSummary, read_summary
 from reprobox.core.protocol import Verdict
 

@@ -15,6 +15,7 @@ from bisect_fakes import C, R, hist_target, transformers_history, transformers_i
 from reprobox.bisect.checks import REPEAT_ENDS, NoisyEnds
 from reprobox.bisect.prober import BisectError
 from reprobox.bisect.releases import release_bisect
+from reprobox.bisect.strategy import Strategy
 from reprobox.core.errors import BadInput, ExitCode
 
 
@@ -25,7 +26,7 @@ def _bisect(tmp_path: Path, good: str, bad: str, workers: int = 1, **by_attempt:
     with pytest.raises((NoisyEnds, BisectError)) as caught:
         release_bisect(
             hist_target(tmp_path), "transformers", good, bad, transformers_index(),
-            probes=history.probes, log_path=log, workers=workers,
+            probes=history.probes, log_path=log, strategy=Strategy(workers=workers),
         )  # fmt: skip
     return caught.value, history, log
 
@@ -92,7 +93,7 @@ def test_ends_as_said_are_launched_once(tmp_path: Path) -> None:
     history = transformers_history()
     summary = release_bisect(
         hist_target(tmp_path), "transformers", "4.48.1", "4.48.0", transformers_index(),
-        probes=history.probes, confirm=0,
+        probes=history.probes, strategy=Strategy(confirm=0),
     )  # fmt: skip
     assert summary.status == "found" and sorted(history.calls) == [("4.48.0", 1), ("4.48.1", 1)]
 
@@ -130,7 +131,7 @@ def test_a_verify_probe_that_disagrees_with_itself_is_named_noisy(tmp_path: Path
     history.by_attempt = {"4.48.0": [R, C, C]}
     summary = release_bisect(
         hist_target(tmp_path), "transformers", "4.49.0", "4.47.0", transformers_index(),
-        verify=2, probes=history.probes,
+        strategy=Strategy(verify=2), probes=history.probes,
     )  # fmt: skip
     assert summary.status == "non-monotone"  # exit 1, as any flaky answer: never found
     [against] = summary.contradictions
@@ -143,7 +144,7 @@ def test_a_verify_probe_that_disagrees_with_itself_is_named_noisy(tmp_path: Path
     consistent = transformers_history()  # 4.48.0 reproduces every time: a real second change
     again = release_bisect(
         hist_target(tmp_path / "b"), "transformers", "4.49.0", "4.47.0", transformers_index(),
-        verify=2, probes=consistent.probes,
+        strategy=Strategy(verify=2), probes=consistent.probes,
     )  # fmt: skip
     assert [c.source for c in again.contradictions] == ["verify probe"]
     assert consistent.calls.count(("4.48.0", 3)) == 1  # launched three times all the same
@@ -157,7 +158,7 @@ def test_a_boundary_that_disagrees_on_confirmation_is_named_with_its_counts(
     history.by_attempt = {"4.47.0": [R, C, R, R]}
     summary = release_bisect(
         hist_target(tmp_path), "transformers", "4.46.1", "4.47.0", transformers_index(),
-        probes=history.probes, log_path=tmp_path / "log.jsonl", confirm=2,
+        probes=history.probes, log_path=tmp_path / "log.jsonl", strategy=Strategy(confirm=2),
     )  # fmt: skip
     assert summary.status == "flaky", summary.result
     assert summary.result.startswith(

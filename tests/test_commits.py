@@ -19,7 +19,14 @@ import pytest
 from gitrepo_fixture import PACKAGE, FlagRepo
 
 from conftest import reprobox
-from reprobox.bisect.summary import LOG_FILE, BisectSummary, read_summary, write_summary
+from reprobox.bisect.summary import (
+    LOG_FILE,
+    BisectSummary,
+    CommitAnswer,
+    CommitDetails,
+    read_summary,
+    write_summary,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -41,8 +48,8 @@ def test_first_parent_names_the_merge_and_skips_the_unbuildable(
     summary = summary_of(flag_root)
     merge = flagrepo.shas["merge"]
     assert summary.status == "found" and summary.first == merge
-    assert summary.commit is not None
-    assert (summary.commit.pr, summary.commit.author) == (15, "Eve Merger")
+    named = _commit(summary)
+    assert (named.pr, named.author) == (15, "Eve Merger")
     assert summary.versions == [flagrepo.shas[n] for n in flagrepo.first_parent()]
     skipped = [p for p in summary.probes if p.skip]
     assert [p.item for p in skipped] == [flagrepo.shas["unbuildable"]]
@@ -61,10 +68,11 @@ def test_descending_into_the_merge_names_the_culprit_inside(
     assert proc.returncode == 0, proc.stderr
     summary = summary_of(flag_root)
     assert summary.first == flagrepo.shas["feature2"]
-    assert summary.descended == [flagrepo.shas["merge"]]
-    assert summary.commit is not None
-    assert (summary.commit.pr, summary.commit.author) == (15, "Carol Culprit")
-    assert summary.commit.merge == flagrepo.shas["merge"]
+    assert isinstance(summary.details, CommitDetails)
+    assert summary.details.descended == [flagrepo.shas["merge"]]
+    named = _commit(summary)
+    assert (named.pr, named.author) == (15, "Carol Culprit")
+    assert named.merge == flagrepo.shas["merge"]
     assert "feature: turn BROKEN on" in proc.stdout
 
 
@@ -75,8 +83,14 @@ def test_a_squash_merged_pull_request_is_named_by_its_number(
     assert proc.returncode == 0, proc.stderr
     summary = summary_of(flag_root)
     assert summary.first == flagrepo.shas["squash"]
-    assert summary.commit is not None
-    assert (summary.commit.pr, summary.commit.author) == (12, "Dan Squash")
+    named = _commit(summary)
+    assert (named.pr, named.author) == (12, "Dan Squash")
+
+
+def _commit(summary: BisectSummary) -> CommitAnswer:
+    """The commit a commit bisect's summary names (its details)."""
+    assert isinstance(summary.details, CommitDetails) and summary.details.commit is not None
+    return summary.details.commit
 
 
 def test_without_refs_it_starts_from_the_release_bisect(
@@ -95,7 +109,8 @@ def test_without_refs_it_starts_from_the_release_bisect(
     proc = bisect(flagrepo)
     assert proc.returncode == 0, proc.stderr
     summary = summary_of(flag_root)
-    assert (summary.good, summary.bad) == ("v0.1.0", "v0.2.0")
+    assert isinstance(summary.details, CommitDetails)
+    assert (summary.details.good, summary.details.bad) == ("v0.1.0", "v0.2.0")
     assert summary.first == flagrepo.shas["merge"]
 
 

@@ -40,6 +40,11 @@ def _search(status: str, **fields: Any) -> dict[str, Any]:
     return {"summary": {"status": status, "result": f"line {status}", "runs": 6, **fields}}
 
 
+def _swept(events: list[dict[str, str]], **more: Any) -> dict[str, Any]:
+    """A sweep's --json document: the map in the summary's `details` (version 2)."""
+    return _search("mapped", kind="sweep", details={"kind": "sweep", "events": events, **more})
+
+
 def test_the_questions_come_from_the_truth_and_a_bisect_range_that_holds_the_edge(
     scratch_root: Path,
 ) -> None:
@@ -66,13 +71,16 @@ def test_the_questions_come_from_the_truth_and_a_bisect_range_that_holds_the_edg
         ("bisect", _search("undecided", first="1.2.0"), "refused"),
         ("bisect", _search("flaky"), "refused"),
         ("bisect", None, "refused"),
+        ("sweep", _swept([{"introduced": "1.2.0"}, {"fixed": "1.4.0"}]), "right"),
+        ("sweep", _swept([{"introduced": "1.3.0"}, {"fixed": "1.4.0"}]), "wrong"),
+        ("sweep", _swept([{"introduced": "1.2.0"}]), "wrong"),  # no fix seen
+        ("sweep", _swept([], untested=["1.2.0"]), "refused"),
+        ("sweep", _swept([]), "wrong"),
+        # a document of version 1 kept the map at the summary's top level
         ("sweep", _search("mapped", events=[{"introduced": "1.2.0"}, {"fixed": "1.4.0"}]),
          "right"),
         ("sweep", _search("mapped", events=[{"introduced": "1.3.0"}, {"fixed": "1.4.0"}]),
          "wrong"),
-        ("sweep", _search("mapped", events=[{"introduced": "1.2.0"}]), "wrong"),  # no fix seen
-        ("sweep", _search("mapped", events=[], untested=["1.2.0"]), "refused"),
-        ("sweep", _search("mapped", events=[]), "wrong"),
         ("verdicts", {"records": [{"variant": "broken", "status": "match", "verdict":
                                    "reproduced", "expect": "reproduced"}]}, "right"),
         ("verdicts", {"records": [{"variant": "fixed", "status": "mismatch", "verdict":

@@ -21,6 +21,7 @@ from packaging.version import Version
 
 from reprobox.bisect.dates import ChangeSet, DateItem, cutoff, date_bisect, released_on
 from reprobox.bisect.prober import Outcome, Probes
+from reprobox.bisect.summary import DateDetails
 from reprobox.envs import locks
 from reprobox.envs.index import Release
 
@@ -95,7 +96,8 @@ def test_the_day_is_the_utc_day_of_the_upload(tmp_path: Path, host_zone: str) ->
     )  # fmt: skip
     assert summary.status == "found", summary.result
     assert summary.first == "2023-10-24" and summary.last_start == "2023-10-23"
-    assert summary.released_on_day == ["accelerate 0.24.0 at 2023-10-24 23:30 UTC"]
+    assert isinstance(summary.details, DateDetails)
+    assert summary.details.released_on_day == ["accelerate 0.24.0 at 2023-10-24 23:30 UTC"]
     assert summary.result.startswith(
         "first reproducing date: 2023-10-24 (UTC; new that day: accelerate 0.24.0 at "
         "2023-10-24 23:30 UTC; assuming one change between 2023-10-01 and 2023-11-10; "

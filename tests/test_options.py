@@ -182,9 +182,9 @@ def test_verdict_answers_255_for_a_bad_value(toy_root: Path) -> None:
 def test_every_layer_that_takes_workers_says_what_the_parser_says(tmp_path: Path) -> None:
     """One rule (`core.counts.check_count`) for a count: the parser, a bisect's strategy, the
     back-end factory and the pure searches refuse --workers 0 in the same words."""
-    from reprobox.bisect.axes import Strategy
     from reprobox.bisect.flaky import flaky_search
     from reprobox.bisect.search import ThreadRunner, multisect
+    from reprobox.bisect.strategy import Strategy
     from reprobox.core.errors import BadInput
     from reprobox.core.settings import Settings
     from reprobox.run.backends import BackendFlags, make_backend

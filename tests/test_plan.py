@@ -10,8 +10,8 @@ import pytest
 from bisect_fakes import hist_target, transformers_history, transformers_index
 
 from reprobox.bisect import plan
-from reprobox.bisect.axes import Strategy
 from reprobox.bisect.releases import release_axis, release_bisect
+from reprobox.bisect.strategy import Strategy
 from reprobox.bisect.summary import ProbeEntry
 
 
@@ -33,8 +33,8 @@ def test_the_plan_bounds_what_the_bisect_probes_and_steps_count_down_to_zero(
     target = hist_target(tmp_path)
     _, axis = release_axis(target, "transformers", good, bad, transformers_index())
     found = plan.plan(axis, strategy, "hist", "broken", "cpu")
-    assert found.candidates == axis.names and found.ends == (good, bad)
-    assert found.search_probes == math.ceil(math.log2(len(axis.names) - 1))
+    assert found.candidates == list(axis.question.names) and found.ends == (good, bad)
+    assert found.search_probes == math.ceil(math.log2(len(list(axis.question.names)) - 1))
     heard: list[ProbeEntry] = []
     history = transformers_history()
     summary = release_bisect(target, "transformers", good, bad, transformers_index(),
@@ -54,7 +54,7 @@ def test_a_flaky_plan_is_an_estimate_capped_by_max_runs(tmp_path: Path) -> None:
     found = plan.plan(axis, Strategy(flaky=True, max_runs=20), "hist", "broken", "cpu")
     assert found.estimate and found.strategy == "flaky" and found.probes == 20
     assert "estimate" in found.rule and "--max-runs 20" in found.rule
-    assert plan.StepsLeft(axis.names, Strategy(flaky=True)).after(
+    assert plan.StepsLeft(list(axis.question.names), Strategy(flaky=True)).after(
         ProbeEntry(key="4.44.2#1", item="4.44.2", verdict="reproduced")
     ) is None  # fmt: skip
 
@@ -72,7 +72,9 @@ def test_a_metric_plan_is_an_estimate_at_the_smallest_shift(tmp_path: Path) -> N
     strategy = Strategy(flaky=True, metric="loss_gap", max_runs=5000, min_shift=0.5)
     found = plan.plan(axis, strategy, "hist", "broken", "cpu")
     assert found.strategy == "shift" and found.estimate
-    assert found.probes == plan.metric_estimate(len(axis.names), 0.999, 0.5, 5000) > 300
+    assert (
+        found.probes == plan.metric_estimate(len(list(axis.question.names)), 0.999, 0.5, 5000) > 300
+    )
     assert found.rule.startswith("estimate at a shift of 0.5 sd of loss_gap")
     # a smaller shift that counts takes more launches; the budget caps it
     assert plan.metric_estimate(8, 0.99, 0.25, 100_000) > plan.metric_estimate(

@@ -11,9 +11,9 @@ from typing import Any
 
 from bisect_fakes import C, FakeHistory, R, hist_target, transformers_history, transformers_index
 
-from reprobox.bisect.axes import Strategy
 from reprobox.bisect.prober import Target
 from reprobox.bisect.releases import release_bisect
+from reprobox.bisect.strategy import Strategy
 from reprobox.bisect.sweep import sweep
 from reprobox.core.cells import make_cell
 from reprobox.core.judge import Status

@@ -12,7 +12,8 @@ from bisect_fakes import C, R, hist_target, transformers_history, transformers_i
 
 from reprobox.bisect.prober import BisectError
 from reprobox.bisect.releases import release_bisect
-from reprobox.bisect.summary import SUMMARY_FILE, read_summary
+from reprobox.bisect.strategy import Strategy
+from reprobox.bisect.summary import SUMMARY_FILE, SweepDetails, read_summary
 from reprobox.bisect.sweep import affected_ranges, events_line, sweep
 from reprobox.core.cells import make_cell
 from reprobox.core.judge import Status
@@ -36,7 +37,7 @@ def test_verify_probes_catch_a_change_that_came_back(tmp_path: Path) -> None:
     history = transformers_history()
     summary = release_bisect(
         hist_target(tmp_path), "transformers", "4.49.0", "4.47.0", transformers_index(),
-        verify=2, probes=history.probes,
+        strategy=Strategy(verify=2), probes=history.probes,
     )  # fmt: skip
     # Today's answer was "first clean release: transformers 4.47.1", although 4.48.0 reproduces.
     assert summary.status == "non-monotone"
@@ -80,7 +81,7 @@ def test_verdicts_on_disk_are_checked_before_the_answer_is_printed(tmp_path: Pat
     history = transformers_history()
     summary = release_bisect(
         hist_target(tmp_path), "transformers", "4.49.0", "4.47.0", transformers_index(),
-        verify=0, probes=history.probes,
+        strategy=Strategy(verify=0), probes=history.probes,
     )  # fmt: skip
     assert summary.status == "non-monotone"
     [against] = summary.contradictions
@@ -118,8 +119,10 @@ def test_a_sweep_maps_every_release_as_advisory_ranges(tmp_path: Path) -> None:
     summary = sweep(
         target, "transformers", ">=4.44.2,<=4.49.0", transformers_index(), probes=history.probes
     )
-    assert summary.affected == ">=4.44.2,<4.46.0; ==4.47.0; ==4.48.0"
-    events = [(e.introduced, e.fixed) for e in summary.events]
+    swept = summary.details
+    assert isinstance(swept, SweepDetails)
+    assert swept.affected == ">=4.44.2,<4.46.0; ==4.47.0; ==4.48.0"
+    events = [(e.introduced, e.fixed) for e in swept.events]
     assert events == [
         ("4.44.2", None), (None, "4.46.0"), ("4.47.0", None), (None, "4.47.1"),
         ("4.48.0", None), (None, "4.48.1"),
@@ -131,19 +134,19 @@ def test_a_sweep_maps_every_release_as_advisory_ranges(tmp_path: Path) -> None:
         "introduced at or before 4.44.2 (the range's first release); the verdict changes 6 times"
     )
     # the range's first release reproduces: a bound, never "introduced 4.44.2" as a fact
-    assert summary.events[0].bound and not any(e.bound for e in summary.events[1:])
-    assert events_line(summary.events, summary.versions).startswith(
+    assert swept.events[0].bound and not any(e.bound for e in swept.events[1:])
+    assert events_line(swept.events, summary.versions).startswith(
         "introduced at or before 4.44.2 (the range's first release), fixed 4.46.0, "
     )
     # the summary lies beside the probe log, and reads back the same
     path = Path(summary.summary_path)
     assert path.name == SUMMARY_FILE and (path.parent / "probes.jsonl").is_file()
-    assert read_summary(path).affected == summary.affected
+    assert read_summary(path).details == swept
 
     # A later bisect of a stretch inside it is checked against the sweep's verdicts.
     again = release_bisect(
         target, "transformers", "4.49.0", "4.47.0", transformers_index(),
-        verify=0, probes=transformers_history().probes,
+        strategy=Strategy(verify=0), probes=transformers_history().probes,
     )  # fmt: skip
     assert again.status == "non-monotone"
     assert any(c.source == f"bisect {path.parent.name}" for c in again.contradictions)

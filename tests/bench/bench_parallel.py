@@ -37,6 +37,7 @@ from packaging.version import Version
 from reprobox.bisect import releases
 from reprobox.bisect.prober import Outcome, Probes, Target
 from reprobox.bisect.search import multisect, rounds_bound
+from reprobox.bisect.strategy import Strategy
 from reprobox.bisect.summary import summary_file
 from reprobox.core import spec
 from reprobox.core.protocol import Verdict
@@ -96,8 +97,9 @@ def through_release_bisect(probe_s: float = 0.05) -> list[dict]:
             probes = Probes(run=run, env_key=lambda item: f"env-{item}")
             started = time.perf_counter()
             summary = releases.release_bisect(
-                target, "numpy", versions[0], versions[-1], index, confirm=1,
-                log_path=scratch / f"n{n}" / f"k{k}" / "probes.jsonl", probes=probes, workers=k,
+                target, "numpy", versions[0], versions[-1], index,
+                strategy=Strategy(confirm=1, workers=k),
+                log_path=scratch / f"n{n}" / f"k{k}" / "probes.jsonl", probes=probes,
             )  # fmt: skip
             wall = time.perf_counter() - started
             rows.append({

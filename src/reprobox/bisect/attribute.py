@@ -43,7 +43,13 @@ from reprobox.bisect.prober import (
 )
 from reprobox.bisect.releases import release_range
 from reprobox.bisect.search import bisect, ddmin
-from reprobox.bisect.summary import BisectSummary, ProbeEntry, runs_dir, write_summary
+from reprobox.bisect.summary import (
+    AttributionDetails,
+    BisectSummary,
+    ProbeEntry,
+    runs_dir,
+    write_summary,
+)
 from reprobox.core.cells import Cell, make_cell
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
@@ -327,8 +333,11 @@ def answer_line(
     summary: BisectSummary, variant: str, next_step: Callable[[str, str, str], str] | None
 ) -> str:
     """The one line: the culprit and what it assumed, or why none is claimed."""
+    details = summary.details
+    if not isinstance(details, AttributionDetails):
+        raise TypeError(f"an attribution's answer line from a {summary.kind} summary")
     flip = f"{variant} from {summary.start_verdict} to {summary.end_verdict}"
-    n = len(summary.changes)
+    n = len(details.changes)
     differ = f"{n} package{'s' * (n != 1)} differ{'s' * (n == 1)} between the ends"
     cost = f"{summary.runs} probe{'s' * (summary.runs != 1)}"
     tail = f"{differ}; {cost}; {ASSUMPTION}"
@@ -344,17 +353,19 @@ def answer_line(
             f"once ({items}); no release claimed ({tail})"
         )
     if summary.package is None:
-        names = " together with ".join(summary.culprit)
+        names = " together with ".join(details.culprit)
         if summary.status == "ambiguous":
             return (
                 f"culprit among: {names} (their changes together flip {flip}; a smaller set "
                 f"could not be installed to test; {tail})"
             )
         return f"culprit: {names} (only their changes together flip {flip}; {tail})"
-    change = summary.culprit[0]
-    if summary.good is None or summary.bad is None:  # added or removed
+    change = details.culprit[0]
+    if details.good is None or details.bad is None:  # added or removed
         return f"culprit: {change} (this change flips {flip}; {tail})"
-    package, good, bad = summary.package, summary.good, summary.bad
+    package, good, bad = details.package, details.good, details.bad
+    if package is None:  # one change named, but no package to it: say the change
+        return f"culprit: {change} (this change flips {flip}; {tail})"
     if summary.first is None:
         listed = ", ".join(summary.candidates)
         return (

@@ -21,14 +21,22 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from reprobox.bisect.log import ProbeLog
+from reprobox.bisect.outcome import Known
 from reprobox.bisect.prober import BisectError, Prober, Target
 from reprobox.bisect.search import BisectResult
-from reprobox.bisect.summary import BisectSummary, Contradiction, read_summaries, summary_file
+from reprobox.bisect.summary import (
+    BisectSummary,
+    CommitDetails,
+    Contradiction,
+    DateDetails,
+    ReleaseDetails,
+    SweepDetails,
+    read_summaries,
+    summary_file,
+)
 from reprobox.core.errors import ExitCode, ReproboxError
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import RecordStore
-
-Known = tuple[str, Verdict, str]  # (item, verdict, where it was measured)
 
 T = TypeVar("T")
 
@@ -169,14 +177,19 @@ def _same_question(mine: BisectSummary, earlier: BisectSummary) -> bool:
     """Whether an earlier summary's items are this one's: releases of the same package
     (bisect or sweep), commits of the same package and repository, days floating the same
     packages."""
-    if mine.kind in ("release", "sweep"):
-        return earlier.kind in ("release", "sweep") and earlier.package == mine.package
-    if mine.kind == "commit":
-        return earlier.kind == "commit" and (earlier.package, earlier.repo) == (
-            mine.package,
-            mine.repo,
+    mine_d, theirs = mine.details, earlier.details
+    if isinstance(mine_d, ReleaseDetails | SweepDetails):
+        return (
+            isinstance(theirs, ReleaseDetails | SweepDetails) and theirs.package == mine_d.package
         )
-    return earlier.kind == "date" and sorted(earlier.floated) == sorted(mine.floated)
+    if isinstance(mine_d, CommitDetails):
+        return isinstance(theirs, CommitDetails) and (theirs.package, theirs.repo) == (
+            mine_d.package,
+            mine_d.repo,
+        )
+    if isinstance(mine_d, DateDetails):
+        return isinstance(theirs, DateDetails) and sorted(theirs.floated) == sorted(mine_d.floated)
+    return False  # an attribution's environments are its own: never another's question
 
 
 def _records(target: Target, package: str, store: RecordStore) -> list[Known]:

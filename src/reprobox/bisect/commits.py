@@ -14,18 +14,22 @@ from __future__ import annotations
 
 import email.parser
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from reprobox.bisect.axes import Axis, Run, Strategy
+from reprobox.bisect.axes import Question
 from reprobox.bisect.driver import drive
+from reprobox.bisect.outcome import Outcome
 from reprobox.bisect.prober import Prober, Probes, Target, answering, pin_overrides, pipeline_probes
 from reprobox.bisect.search import BisectResult, bisect
+from reprobox.bisect.strategy import BINARY, Strategy
 from reprobox.bisect.summary import (
     BisectSummary,
     CommitAnswer,
+    CommitDetails,
     ProbeEntry,
     answer,
     read_summaries,
@@ -51,19 +55,96 @@ def commit_bisect(
     bad: str | None = None,
     tag_format: str | None = None,
     first_parent: bool = True,
-    confirm: int = 1,
-    verify: int | None = None,
+    strategy: Strategy = BINARY,
     log_path: Path | None = None,
     on_probe: Callable[[ProbeEntry], None] | None = None,
     probes: Probes[str] | None = None,
-    workers: int = 1,
-    strategy: Strategy | None = None,
 ) -> BisectSummary:
     """Bisect the commits of `package` between `good` (clean) and `bad` (reproduces), refs
     of `repo`; without refs, between the release tags around a finished release bisect of
-    the same repro. `probes` replaces the real runs (tests); `strategy` (the flake-aware
-    search, say) replaces confirm, verify and workers."""
-    strategy = (strategy or Strategy(confirm=confirm, verify=verify, workers=workers)).check()
+    the same repro. `probes` replaces the real runs (tests)."""
+    strategy = strategy.check()  # a bad flag is said before the repository is cloned
+    target, axis = commit_axis(
+        target, package, repo=repo, good=good, bad=bad, tag_format=tag_format,
+        first_parent=first_parent, probes=probes,
+    )  # fmt: skip
+    return drive(target, axis, strategy, log_path=log_path, on_probe=on_probe)
+
+
+@dataclass(frozen=True)
+class CommitAxis:
+    """The first-parent commits of a package's history between two refs, each a probe of a
+    wheel built from that commit; with `first_parent` False a merge answer is searched again
+    along its branch, and the answer names the commit as a maintainer looks it up."""
+
+    question: Question[str]
+    target: Target  # its other overrides pinned to one commit each
+    package: str
+    url: str
+    clone: Path
+    first_parent: bool = True
+    fake: Probes[str] | None = None  # tests: probes that stand for the real runs
+
+    def name(self, item: str) -> str:
+        return item
+
+    def probes(self, runs: Path) -> Probes[str]:
+        if self.fake is not None:
+            return self.fake
+        return commit_probes(self.target, self.package, self.url, runs)
+
+    def refine(
+        self, outcome: Outcome[str], prober: Prober[str], strategy: Strategy
+    ) -> Outcome[str]:
+        """With `first_parent` False, a merge answer is searched again along its branch; a
+        found answer names its commit."""
+        final = outcome.result
+        assert final is not None
+        descended: list[str] = []
+        said: list[str] = []
+        inside: set[str] = set()  # the commits of merged branches that were searched
+        while not self.first_parent and final.status == "found" and len(descended) < MAX_DESCENT:
+            merge = git.commit(self.clone, final.first_end)
+            if not merge.is_merge:
+                break
+            inner, note, branch = _descend(prober, self.clone, merge, final, strategy.confirm)
+            inside.update(branch)
+            if inner is None:
+                said.append(note)
+                break
+            descended.append(merge.sha)
+            final = inner
+        notes = f"; {said[0]}" if said else ""
+        if descended:
+            items = {p.item for p in prober.runs}
+            merges = ", ".join(sha[:10] for sha in descended)
+            notes += f"; then {len(items & inside)} of {len(inside)} commits inside {merges}"
+        asked = self.question.asked.details
+        assert isinstance(asked, CommitDetails)
+        found = final.status == "found" and not outcome.found  # the summary's "found"
+        named = _answer(self.clone, self.url, final.first_end, descended) if found else None
+        details = asked.model_copy(
+            update={"first_parent": self.first_parent, "descended": descended, "commit": named}
+        )
+        return replace(outcome, final=final, details=details, notes=notes)
+
+    def answer(self, summary: BisectSummary, outcome: Outcome[str]) -> str:
+        return answer_line(summary, self.clone, self.question.ends)
+
+
+def commit_axis(
+    target: Target,
+    package: str,
+    *,
+    repo: str | None = None,
+    good: str | None = None,
+    bad: str | None = None,
+    tag_format: str | None = None,
+    first_parent: bool = True,
+    probes: Probes[str] | None = None,
+) -> tuple[Target, CommitAxis]:
+    """The commit axis of `package` from one ref to the other (the repository cloned or
+    fetched once, here), and the target every probe runs."""
     repro, platform, settings = target.repro, target.options.platform, target.settings
     name = repro.check_pinned(package, "--package")
     target = pin_overrides(target, [name])  # other packages' sources: one commit each
@@ -92,55 +173,14 @@ def commit_bisect(
         "platform": platform, "versions": shas, **target.header(),
     }  # fmt: skip
     # not in the header: a search that descends into a merge resumes the first-parent one
-    names = {good_sha: f"{good} ({good_sha[:10]})", bad_sha: f"{bad} ({bad_sha[:10]})"}
-    inside: set[str] = set()  # the commits of merged branches that were searched
-    pinned = target
-
-    def probes_for(runs: Path) -> Probes[str]:
-        return probes if probes is not None else commit_probes(pinned, package, url, runs)
-
-    def refine(run: Run[str]) -> None:
-        """With `first_parent=False`, a merge answer is searched again along its branch."""
-        final = run.result
-        assert final is not None
-        descended: list[str] = run.more.setdefault("descended", [])
-        notes: list[str] = []
-        while not first_parent and final.status == "found" and len(descended) < MAX_DESCENT:
-            merge = git.commit(clone, final.first_end)
-            if not merge.is_merge:
-                break
-            inner, note, branch = _descend(run.prober, clone, merge, final, strategy.confirm)
-            inside.update(branch)
-            if inner is None:
-                notes.append(note)
-                break
-            descended.append(merge.sha)
-            final = inner
-        run.final = final
-        run.more["first_parent"] = first_parent
-        run.more["commit_notes"] = notes
-
-    def notes(run: Run[str]) -> str:
-        said: list[str] = run.more.get("commit_notes", [])
-        extra = f"; {said[0]}" if said else ""
-        descended: list[str] = run.more.get("descended", [])
-        if descended:
-            items = {p.item for p in run.prober.runs}
-            merges = ", ".join(sha[:10] for sha in descended)
-            extra += f"; then {len(items & inside)} of {len(inside)} commits inside {merges}"
-        return extra
-
-    def answer(summary: BisectSummary, run: Run[str]) -> str:
-        if summary.status == "found" and summary.first is not None:
-            summary.commit = _answer(clone, url, summary.first, summary.descended)
-        return answer_line(summary, clone, (shas[0][:10], shas[-1][:10]))
-
-    axis = Axis(
-        kind="commit", noun="commit", items=shas, header=header, fields=header,
-        probes_for=probes_for, good=good_sha, bad=bad_sha, shown=names.__getitem__,
-        ends=(shas[0][:10], shas[-1][:10]), refine=refine, notes=notes, answer=answer,
+    question = Question(
+        noun="commit", candidates=shas, header=header,
+        asked=BisectSummary.model_validate({**header, "first_parent": first_parent}),
+        names=tuple(shas), good=good_sha, bad=bad_sha,
+        ends_shown={good_sha: f"{good} ({good_sha[:10]})", bad_sha: f"{bad} ({bad_sha[:10]})"},
+        ends=(shas[0][:10], shas[-1][:10]),
     )  # fmt: skip
-    return drive(target, axis, strategy, log_path=log_path, on_probe=on_probe)
+    return target, CommitAxis(question, target, package, url, clone, first_parent, probes)
 
 
 def commit_probes(target: Target, package: str, url: str, runs: Path) -> Probes[str]:
@@ -225,8 +265,9 @@ def describe(clone: Path, sha: str) -> str:
 def answer_line(summary: BisectSummary, clone: Path, ends: tuple[str, str]) -> str:
     """The one line a commit bisect ends with: the commit, its pull request, author, link."""
     kind = verdict_word(summary.end_verdict)
-    if summary.status == "found" and summary.commit is not None:
-        c = summary.commit
+    named = summary.details.commit if isinstance(summary.details, CommitDetails) else None
+    if summary.status == "found" and named is not None:
+        c = named
         pr = f"PR #{c.pr}, " if c.pr is not None else ""
         via = f", merged in {c.merge[:10]}" if c.merge else ""
         link = c.pr_link or c.link

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,11 +19,13 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from reprobox.bisect.axes import Axis, Run, Strategy
+from reprobox.bisect.axes import Question, plain_answer
 from reprobox.bisect.driver import drive
-from reprobox.bisect.prober import Probes, Target, pin_overrides, pipeline_probes
-from reprobox.bisect.search import SearchError, ddmin
-from reprobox.bisect.summary import BisectSummary, ProbeEntry, answer
+from reprobox.bisect.outcome import Outcome
+from reprobox.bisect.prober import Prober, Probes, Target, pin_overrides, pipeline_probes
+from reprobox.bisect.search import ddmin
+from reprobox.bisect.strategy import BINARY, Strategy
+from reprobox.bisect.summary import BisectSummary, DateDetails, ProbeEntry
 from reprobox.core.cells import Cell, make_cell
 from reprobox.core.errors import BadInput
 from reprobox.envs import locks
@@ -130,23 +132,115 @@ def date_bisect(
     floats: Sequence[str],
     *,
     index: PackageIndex | None = None,
-    confirm: int = 1,
-    verify: int | None = None,
+    strategy: Strategy = BINARY,
     log_path: Path | None = None,
     on_probe: Callable[[ProbeEntry], None] | None = None,
     probes_for: Callable[[RequestOf], Probes[DateItem]] | None = None,
-    workers: int = 1,
-    strategy: Strategy | None = None,
 ) -> BisectSummary:
     """Which UTC day's resolution flips the verdict, and which package change does it.
 
     `index` names the releases uploaded on the answer day; `probes_for` builds the probes
-    from the lock request of each item (tests inject fakes that resolve by it). `strategy`
-    (the flake-aware search, say) replaces confirm, verify and workers; a flake-aware answer
-    names the day, not the package change (delta debugging trusts single probes)."""
-    strategy = (strategy or Strategy(confirm=confirm, verify=verify, workers=workers)).check()
+    from the lock request of each item (tests inject fakes that resolve by it). A
+    flake-aware `strategy` names the day, not the package change (delta debugging trusts
+    single probes)."""
     target, axis = date_axis(target, start, end, floats, index=index, probes_for=probes_for)
     return drive(target, axis, strategy, log_path=log_path, on_probe=on_probe)
+
+
+@dataclass(frozen=True)
+class DateAxis:
+    """The UTC days of a range, each a probe of the floated packages resolved as of the end
+    of that day; the answer day is named with its uploads and delta-debugged to the
+    package change that flips it."""
+
+    question: Question[DateItem]
+    target: Target  # its overrides pinned to one commit each
+    base: locks.LockRequest  # the repro's own request, before any package floats
+    floated: frozenset[str]
+    index: PackageIndex | None = None
+    fake: Callable[[RequestOf], Probes[DateItem]] | None = None  # tests: probes by request
+
+    def name(self, item: DateItem) -> str:
+        return describe(item)
+
+    def request(self, item: DateItem) -> locks.LockRequest:
+        """The lock request of a day (resolved as of its end) or of a delta-debugging step."""
+        if isinstance(item, date):
+            return as_of_request(self.base, set(self.floated), item)
+        return pinned_request(self.base, item)
+
+    def probes(self, runs: Path) -> Probes[DateItem]:
+        if self.fake is not None:
+            probes = self.fake(self.request)
+        else:
+            target = self.target
+
+            def lock_of(item: DateItem) -> Path:
+                return locks.cached_lock(self.request(item), target.settings)
+
+            def cell_of(item: DateItem) -> Cell:
+                return make_cell(
+                    target.repro, target.variant, target.packages(), None,
+                    target.options.platform,
+                )  # fmt: skip
+
+            probes = pipeline_probes(target, lock_of, cell_of, runs)
+        if probes.versions is None:
+            raise BadInput("date bisect probes must list each item's versions")
+        return probes
+
+    def refine(
+        self, outcome: Outcome[DateItem], prober: Prober[DateItem], strategy: Strategy
+    ) -> Outcome[DateItem]:
+        """The uploads of the answer day, and the package change that flips the verdict."""
+        result = outcome.result
+        assert result is not None
+        versions_of = prober.probes.versions
+        assert versions_of is not None
+        before, after = versions_of(result.last_start), versions_of(result.first_end)
+        changes = sorted(n for n in {*before, *after} if before.get(n) != after.get(n))
+        culprit: list[str] = []
+        if result.status == "found" and not outcome.found and changes:
+
+            def flips(subset: list[str]) -> bool | None:
+                pins = {**before, **{n: after.get(n, "") for n in subset}}
+                item = ChangeSet(tuple(sorted(subset)), tuple(sorted(pins.items())))
+                verdict = prober(item, 1)
+                return None if verdict is None else verdict is result.end_verdict
+
+            culprit = ddmin(changes, flips)
+        start = self.question.candidates[0]
+        assert isinstance(start, date)
+        first_day = result.first_end if isinstance(result.first_end, date) else start
+        asked = self.question.asked.details
+        assert isinstance(asked, DateDetails)
+        found = asked.model_copy(
+            update={
+                "released_on_day": released_on(self.index, sorted(self.floated), first_day)
+                if self.index is not None
+                else [],
+                "changes": [_change(n, before, after) for n in changes],
+                "culprit": [_change(n, before, after) for n in culprit],
+            }
+        )
+        return replace(outcome, details=found)
+
+    def answer(self, summary: BisectSummary, outcome: Outcome[DateItem]) -> str:
+        day = summary.details
+        assert isinstance(day, DateDetails), "a date bisect's summary"
+        detail = ""
+        if summary.status == "found":
+            new = day.released_on_day
+            named = "; ".join(new) if new else f"no release of {', '.join(sorted(self.floated))}"
+            detail = f"UTC; new that day: {named}"
+        line = plain_answer(self.question, summary, detail=detail)
+        if summary.status == "found":
+            line += "; culprit: " + (
+                ", ".join(day.culprit)
+                if day.culprit
+                else "none (the two resolutions do not differ)"
+            )
+        return line
 
 
 def date_axis(
@@ -157,9 +251,9 @@ def date_axis(
     *,
     index: PackageIndex | None = None,
     probes_for: Callable[[RequestOf], Probes[DateItem]] | None = None,
-) -> tuple[Target, Axis[DateItem]]:
-    """The UTC days from `start` to `end`, each a probe of the floated packages resolved as
-    of the end of that day; the answer day is named with its uploads and delta-debugged."""
+) -> tuple[Target, DateAxis]:
+    """The date axis from `start` to `end` floating `floats`, and the target every probe
+    runs (its overrides pinned to one commit each)."""
     repro, platform = target.repro, target.options.platform
     if not floats:
         raise BadInput("a date bisect needs packages to float (--float, or [bisect] package)")
@@ -173,100 +267,24 @@ def date_axis(
         "end": str(end), "float": sorted(floated), "platform": platform, "days": "utc",
         **target.header(),
     }  # fmt: skip
-    fields = {
+    asked = BisectSummary.model_validate({
         "kind": "date", "repro": header["repro"], "variant": header["variant"],
         "platform": header["platform"], "start": header["start"], "end": header["end"],
         "floated": header["float"], "versions": [str(d) for d in days], **target.header(),
-    }  # fmt: skip
+    })  # fmt: skip
     wheels, _ = pipeline.resolve_sources(dict(target.overrides), target.settings)
     base = pipeline.lock_request(repro, target.variant, platform, wheels)
-    pinned_target = target
-
-    def request_of(item: DateItem) -> locks.LockRequest:
-        if isinstance(item, date):
-            return as_of_request(base, floated, item)
-        return pinned_request(base, item)
-
-    def probes_of(runs: Path) -> Probes[DateItem]:
-        if probes_for is not None:
-            probes = probes_for(request_of)
-        else:
-
-            def lock_of(item: DateItem) -> Path:
-                return locks.cached_lock(request_of(item), pinned_target.settings)
-
-            def cell_of(item: DateItem) -> Cell:
-                return make_cell(
-                    repro, pinned_target.variant, pinned_target.packages(), None, platform
-                )
-
-            probes = pipeline_probes(pinned_target, lock_of, cell_of, runs)
-        if probes.versions is None:
-            raise BadInput("date bisect probes must list each item's versions")
-        return probes
-
-    def refine(run: Run[DateItem]) -> None:
-        """The uploads of the answer day, and the package change that flips the verdict."""
-        result, prober = run.result, run.prober
-        assert result is not None
-        versions_of = prober.probes.versions
-        assert versions_of is not None
-        before, after = versions_of(result.last_start), versions_of(result.first_end)
-        changes = sorted(n for n in {*before, *after} if before.get(n) != after.get(n))
-        culprit: list[str] = []
-        if result.status == "found" and not run.found and changes:
-
-            def flips(subset: list[str]) -> bool | None:
-                pins = {**before, **{n: after.get(n, "") for n in subset}}
-                item = ChangeSet(tuple(sorted(subset)), tuple(sorted(pins.items())))
-                verdict = prober(item, 1)
-                return None if verdict is None else verdict is result.end_verdict
-
-            culprit = ddmin(changes, flips)
-        first_day = result.first_end if isinstance(result.first_end, date) else start
-        run.more.update(
-            released_on_day=released_on(index, sorted(floated), first_day)
-            if index is not None
-            else [],
-            changes=[_change(n, before, after) for n in changes],
-            culprit=[_change(n, before, after) for n in culprit],
-        )
-
-    def answer_line(summary: BisectSummary, run: Run[DateItem]) -> str:
-        detail = ""
-        if summary.status == "found":
-            new = summary.released_on_day
-            named = "; ".join(new) if new else f"no release of {', '.join(sorted(floated))}"
-            detail = f"UTC; new that day: {named}"
-        line = answer(
-            summary, "date", "", (str(start), str(end)), detail=detail,
-            suggest="; bisect the releases of a floated package with `reprobox sweep`",
-        )  # fmt: skip
-        if summary.status == "found":
-            line += "; culprit: " + (
-                ", ".join(summary.culprit)
-                if summary.culprit
-                else "none (the two resolutions do not differ)"
-            )
-        return line
-
-    axis: Axis[DateItem] = Axis(
-        kind="date", noun="day", word="date", items=days, header=header, fields=fields,
-        probes_for=probes_of, describe=describe, flags=("start", "end"),
-        advice=_same_ends_advice, refine=refine, ends_advice=f"; {SAME_ENDS}", answer=answer_line,
-        notes=lambda run: pinned_target.note(),
+    question: Question[DateItem] = Question(
+        noun="day", word="date", candidates=days, header=header, asked=asked,
+        names=tuple(describe(d) for d in days), flags=("start", "end"),
+        came_and_went=f"; the change may have come and gone inside the range: {SAME_ENDS}",
+        ends_advice=f"; {SAME_ENDS}", note=target.note(),
         suggest="; bisect the releases of a floated package with `reprobox sweep`",
     )  # fmt: skip
-    return target, axis
+    return target, DateAxis(question, target, base, frozenset(floated), index, probes_for)
 
 
 SAME_ENDS = "bisect a shorter range, or map a floated package's releases with `reprobox sweep`"
-
-
-def _same_ends_advice(exc: SearchError) -> str:
-    if not exc.same_ends:
-        return ""
-    return f"; the change may have come and gone inside the range: {SAME_ENDS}"
 
 
 def _change(name: str, before: dict[str, str], after: dict[str, str]) -> str:

@@ -17,7 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from reprobox.bisect import checks
-from reprobox.bisect.axes import Axis, Strategy
+from reprobox.bisect.axes import Axis
+from reprobox.bisect.strategy import Strategy
 from reprobox.bisect.summary import ProbeEntry
 
 VERSION = 1
@@ -81,12 +82,15 @@ class PlanOutput(BaseModel):
 def plan(axis: Axis[Any], strategy: Strategy, repro: str, variant: str,
          platform: str) -> PlanOutput:  # fmt: skip
     """The plan of a bisect of `axis` as `strategy` would run it."""
-    names = axis.names
+    question = axis.question
+    names, asked = list(question.names), question.asked.kind
     n, workers = len(names), strategy.workers
-    ends = (axis.name_of(axis.good) if axis.good is not None else names[0],
-            axis.name_of(axis.bad) if axis.bad is not None else names[-1])  # fmt: skip
-    common = dict(kind=axis.kind, repro=repro, variant=variant, platform=platform,
-                  candidates=names, yanked=list(axis.yanked), ends=ends,
+    ends = tuple(
+        question.shown(axis.name(end)) if end is not None else default
+        for end, default in ((question.good, names[0]), (question.bad, names[-1]))
+    )
+    common = dict(kind=asked, repro=repro, variant=variant, platform=platform,
+                  candidates=names, yanked=list(question.asked.yanked), ends=ends,
                   workers=workers)  # fmt: skip
     if strategy.flaky and strategy.metric is not None:
         total = metric_estimate(n, strategy.confidence, strategy.min_shift, strategy.max_runs)
@@ -122,7 +126,7 @@ def plan(axis: Axis[Any], strategy: Strategy, repro: str, variant: str,
         rule=f"2 ends + {how} + {strategy.confirm} confirm x 2 boundary probes + "
         f"up to {per_side} verify per side; a skipped candidate adds a probe"
         + ("; the answer day's package changes are then narrowed by delta debugging, "
-           "which this count leaves out" if axis.kind == "date" else ""),
+           "which this count leaves out" if asked == "date" else ""),
     )  # fmt: skip
 
 

@@ -14,10 +14,12 @@ fix), the candidates are searched newest first and the answer is turned back to 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, TypeVar
 
-from reprobox.bisect.axes import Checked, Run
+from reprobox.bisect.axes import Context
 from reprobox.bisect.flaky import FlakyAnswer, Observation, flaky_search
+from reprobox.bisect.outcome import Checked, Outcome
 from reprobox.bisect.summary import BisectSummary, kept_posterior, shown_posterior, verdict_word
 from reprobox.core.protocol import Verdict
 
@@ -25,13 +27,14 @@ T = TypeVar("T")
 SHOWN = 5  # candidates an undecided answer names
 
 
-def search(run: Run[T]) -> None:
+def search(context: Context[T]) -> Outcome[T]:
     """Probe by expected information until the target confidence or the run budget."""
-    axis, prober, strategy = run.axis, run.prober, run.strategy
-    items = list(axis.items)
+    axis, prober, strategy = context.axis, context.prober, context.strategy
+    question = context.question
+    items = list(question.candidates)
     observations: list[Observation[T]] = []
-    if axis.good is not None and axis.bad is not None:
-        newest_first = items.index(axis.good) > items.index(axis.bad)
+    if question.good is not None and question.bad is not None:
+        newest_first = items.index(question.good) > items.index(question.bad)
     else:  # no side named (days): which way the ends go, from one probe of each
         ends = prober.probe_all([(items[0], 1), (items[-1], 1)], strategy.workers)
         observations = [(items[0], _seen(ends[0])), (items[-1], _seen(ends[1]))]
@@ -42,45 +45,49 @@ def search(run: Run[T]) -> None:
     def batch(jobs: list[tuple[T, int]]) -> list[Verdict | None]:
         return prober.probe_all(jobs, workers)
 
-    run.more["newest_first"] = newest_first
-    run.flaky = flaky_search(
+    mine = flaky_search(
         order, prober, confidence=strategy.confidence, max_runs=strategy.max_runs,
         workers=workers, observations=observations, probe_batch=batch if workers > 1 else None,
     )  # fmt: skip
-    known, run.unread = run.on_disk()
-    where = {axis.key(axis.describe(item)): item for item in items}
+    known, unread = context.on_disk()
+    outcome = Outcome(flaky=mine, newest_first=newest_first, unread=unread)
+    key = question.key
+    where = {key(axis.name(item)): item for item in items}
     disk: list[Observation[T]] = [
-        (where[axis.key(name)], verdict is Verdict.REPRODUCED)
+        (where[key(name)], verdict is Verdict.REPRODUCED)
         for name, verdict, _ in known
-        if axis.key(name) in where
+        if key(name) in where
     ]
-    if disk:
-        both = flaky_search(
-            order, None, confidence=strategy.confidence, max_runs=0,
-            observations=[*run.flaky.observations, *disk],
-        )  # fmt: skip
-        mine = run.flaky
-        same = (both.status, both.culprit) == (mine.status, mine.culprit)
-        holds = mine.status != "undecided" and same and both.confidence >= strategy.confidence
-        run.checked = Checked(len(disk), holds, both, undecided=mine.status == "undecided")
+    if not disk:
+        return outcome
+    both = flaky_search(
+        order, None, confidence=strategy.confidence, max_runs=0,
+        observations=[*mine.observations, *disk],
+    )  # fmt: skip
+    same = (both.status, both.culprit) == (mine.status, mine.culprit)
+    holds = mine.status != "undecided" and same and both.confidence >= strategy.confidence
+    return replace(
+        outcome, checked=Checked(len(disk), holds, both, undecided=mine.status == "undecided")
+    )
 
 
 def _seen(verdict: Verdict | None) -> bool | None:
     return None if verdict is None else verdict is Verdict.REPRODUCED
 
 
-def summarize(run: Run[T]) -> BisectSummary:
+def summarize(context: Context[T], outcome: Outcome[T]) -> BisectSummary:
     """The summary of a flake-aware search: status found, no-change or undecided, the
     posterior, the runs and the counts per candidate, and the closing line. Candidates are
     named as the answer names them: the first item of the end side, in version order."""
-    axis, flaky = run.axis, run.flaky
+    question, flaky = context.question, outcome.flaky
     assert flaky is not None
-    held = run.checked
+    held = outcome.checked
     counted = held is not None and (held.moved or held.undecided)  # answer from all of them
     answer: FlakyAnswer[T] = held.answer if held is not None and counted else flaky
-    newest_first = bool(run.more.get("newest_first"))
-    order = list(axis.items)[::-1] if newest_first else list(axis.items)
-    name = axis.describe
+    newest_first = outcome.newest_first
+    items = list(question.candidates)
+    order = items[::-1] if newest_first else items
+    name = context.axis.name
 
     def first_of(culprit: T) -> str:
         """The first item (version order) of the end side, when `culprit` starts the bad one."""
@@ -89,14 +96,12 @@ def summarize(run: Run[T]) -> BisectSummary:
     status = {"found": "found", "no_change": "no-change"}.get(answer.status, "undecided")
     status = "undecided" if counted else status  # disk verdicts confirm, never decide
     fields: dict[str, Any] = {
-        **axis.fields,
         "status": status,
         "strategy": "flaky",
-        "yanked": axis.yanked,
         "start_verdict": (Verdict.REPRODUCED if newest_first else Verdict.CLEAN).value,
         "end_verdict": (Verdict.CLEAN if newest_first else Verdict.REPRODUCED).value,
         "confidence": kept_posterior(answer.confidence),
-        "target_confidence": run.strategy.confidence,
+        "target_confidence": context.strategy.confidence,
         "no_change": kept_posterior(answer.no_change),
         "posterior": {first_of(item): kept_posterior(p) for item, p in answer.posterior},
         "outcomes": {name(item): [k, n] for item, k, n in answer.counts},
@@ -110,28 +115,28 @@ def summarize(run: Run[T]) -> BisectSummary:
     leaders = answer.top or _leaders(answer)
     if status == "undecided":
         fields["candidates"] = [first_of(item) for item, _ in leaders if item is not None]
-    summary = BisectSummary.model_validate(fields)
-    summary.assumption = _assumption(run, answer)
-    summary.result = _line(run, summary, answer, order, [
+    summary = question.asked.model_copy(update=fields)
+    summary = summary.model_copy(update={"assumption": _assumption(context, outcome, answer)})
+    line = _line(context, outcome, summary, answer, order, [
         (first_of(item) if item is not None else None, p) for item, p in leaders
     ])  # fmt: skip
-    return summary
+    return summary.model_copy(update={"result": line})
 
 
-def _assumption(run: Run[T], answer: FlakyAnswer[T]) -> str:
+def _assumption(context: Context[T], outcome: Outcome[T], answer: FlakyAnswer[T]) -> str:
     """What the posterior rests on: at most one change (a culprit, or none), how much of the
     range it probed, the verdicts on disk, and what the axis adds."""
-    axis = run.axis
+    question = context.question
     probed = len({item for item, _, _ in answer.counts})
     extra = (
-        f"assuming at most one change between {axis.ends[0]} and {axis.ends[1]}; "
-        f"{probed} of {len(axis.items)} {axis.noun}s probed"
+        f"assuming at most one change between {question.ends[0]} and {question.ends[1]}; "
+        f"{probed} of {len(question.candidates)} {question.noun}s probed"
     )
     skipped = [item for item, seen in answer.observations if seen is None]
     if skipped:
-        listed = ", ".join(axis.describe(item) for item in skipped)
+        listed = ", ".join(context.axis.name(item) for item in skipped)
         extra += f"; cannot test {listed} (skipped)"
-    held = run.checked
+    held = outcome.checked
     if held is not None:
         extra += (
             f"; {held.used} verdict(s) on disk agree"
@@ -140,15 +145,14 @@ def _assumption(run: Run[T], answer: FlakyAnswer[T]) -> str:
             if held.moved
             else f"; {held.used} verdict(s) on disk counted in"
         )
-    if run.unread:
-        extra += f"; {run.unread}"
-    if axis.notes is not None:
-        extra += axis.notes(run)
-    return extra
+    if outcome.unread:
+        extra += f"; {outcome.unread}"
+    return extra + question.note + outcome.notes
 
 
 def _line(
-    run: Run[T],
+    context: Context[T],
+    outcome: Outcome[T],
     summary: BisectSummary,
     answer: FlakyAnswer[T],
     order: list[T],
@@ -157,8 +161,8 @@ def _line(
     """`first reproducing release: trl X (posterior 0.995 after 23 runs; reproduces in 7 of
     10 runs (70%) at and after X, 0 of 9 before; ...)`, or no change, or the candidates
     left with their probabilities."""
-    axis = run.axis
-    subject = axis.subject
+    question, strategy = context.question, context.strategy
+    subject = question.subject
     runs = f"after {answer.runs} runs"
     sure = shown_posterior(answer.confidence)
     kind = verdict_word(summary.end_verdict)
@@ -180,22 +184,22 @@ def _line(
         else:
             seen = f"reproduces in {rate} before {first}, {k_good} of {n_good} at and after"
         return (
-            f"first {kind} {axis.word}: {subject}{first} (posterior {sure} "
+            f"first {kind} {question.word}: {subject}{first} (posterior {sure} "
             f"{runs}; {seen}; {summary.assumption})"
         )
     k_all, n_all = tally(order)
     if summary.status == "no-change":
         throughout = "reproducing" if answer.throughout == "reproduced" else "clean"
         return (
-            f"no change in the range: {throughout} throughout {subject}{axis.ends[0]} to "
-            f"{axis.ends[1]} (posterior {sure} {runs}; reproduces in {k_all} "
+            f"no change in the range: {throughout} throughout {subject}{question.ends[0]} to "
+            f"{question.ends[1]} (posterior {sure} {runs}; reproduces in {k_all} "
             f"of {n_all} runs; {summary.assumption})"
         )
     listed = ", ".join(
         f"{item} ({p:.2f})" if item is not None else f"no change ({p:.2f})"
         for item, p in leaders[:SHOWN]
     )
-    held = run.checked
+    held = outcome.checked
     why = (
         "verdicts on disk move the posterior off the search's answer; "
         if held is not None and held.moved
@@ -203,12 +207,12 @@ def _line(
     )
     more = (
         "run more with a higher --max-runs, or map"
-        if answer.runs >= run.strategy.max_runs
+        if answer.runs >= strategy.max_runs
         else "no probe left can tell them apart; map"
     )
     return (
-        f"undecided {runs} (target {run.strategy.confidence}): {why}the first {kind} "
-        f"{axis.word} could be {subject}{listed}; {more} every {axis.noun} with a sweep "
+        f"undecided {runs} (target {strategy.confidence}): {why}the first {kind} "
+        f"{question.word} could be {subject}{listed}; {more} every {question.noun} with a sweep "
         f"({summary.assumption})"
     )
 

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
 
-from reprobox.bisect.axes import Axis, Run, Strategy
+from reprobox.bisect.axes import Question, plain_answer
 from reprobox.bisect.driver import drive
-from reprobox.bisect.prober import Probes, Target, pin_overrides, release_probes
+from reprobox.bisect.outcome import Outcome
+from reprobox.bisect.prober import Prober, Probes, Target, pin_overrides, release_probes
+from reprobox.bisect.strategy import BINARY, Strategy
 from reprobox.bisect.summary import BisectSummary, ProbeEntry
 from reprobox.core.errors import BadInput
 from reprobox.envs.index import PackageIndex, Release, select
@@ -54,23 +57,46 @@ def release_bisect(
     bad: str,
     index: PackageIndex,
     *,
-    confirm: int = 1,
-    verify: int | None = None,
+    strategy: Strategy = BINARY,
     log_path: Path | None = None,
     on_probe: Callable[[ProbeEntry], None] | None = None,
     probes: Probes[str] | None = None,
-    workers: int = 1,
-    strategy: Strategy | None = None,
 ) -> BisectSummary:
     """Bisect the releases of `package` between `good` (clean) and `bad` (reproduces).
 
-    `verify` extra probes per side (default: 2 over more than 8 releases, else none); `probes`
-    replaces the real runs (tests). With `workers` > 1 the ends run at once and the search is
-    a multisection (`search.multisect`): K probes at a time, on the target's back end.
-    `strategy` (the flake-aware search, say) replaces confirm, verify and workers."""
-    strategy = (strategy or Strategy(confirm=confirm, verify=verify, workers=workers)).check()
+    `strategy` says how: binary, a multisection for its `workers` (`search.multisect`: K
+    probes at a time, on the target's back end), or flake-aware; its `verify` extra probes
+    per side default to 2 over more than 8 releases, else none. `probes` replaces the real
+    runs (tests)."""
     target, axis = release_axis(target, package, good, bad, index, probes)
     return drive(target, axis, strategy, log_path=log_path, on_probe=on_probe)
+
+
+@dataclass(frozen=True)
+class ReleaseAxis:
+    """The releases of one package from one end to the other (yanked ones marked), each a
+    probe of the variant's lock with that release pinned."""
+
+    question: Question[str]
+    target: Target  # its overrides pinned to one commit each
+    package: str
+    fake: Probes[str] | None = None  # tests: probes that stand for the real runs
+
+    def name(self, item: str) -> str:
+        return item
+
+    def probes(self, runs: Path) -> Probes[str]:
+        return (
+            self.fake if self.fake is not None else release_probes(self.target, self.package, runs)
+        )
+
+    def refine(
+        self, outcome: Outcome[str], prober: Prober[str], strategy: Strategy
+    ) -> Outcome[str]:
+        return outcome  # a release is its own answer
+
+    def answer(self, summary: BisectSummary, outcome: Outcome[str]) -> str:
+        return plain_answer(self.question, summary)
 
 
 def release_axis(
@@ -80,9 +106,8 @@ def release_axis(
     bad: str,
     index: PackageIndex,
     probes: Probes[str] | None = None,
-) -> tuple[Target, Axis[str]]:
-    """The releases of `package` from one end to the other (yanked ones marked), each a
-    probe of the variant's lock with that release pinned; with the target every probe runs
+) -> tuple[Target, ReleaseAxis]:
+    """The release axis of `package` from `good` to `bad`, and the target every probe runs
     (its overrides pinned to one commit each)."""
     repro, platform = target.repro, target.options.platform
     name = repro.check_pinned(package, "--package")
@@ -96,20 +121,12 @@ def release_axis(
         "versions": versions, **target.header(),
     }  # fmt: skip
     sweep = sweep_command(repro.name, name, versions[0], versions[-1], target.variant)
-    pinned = target
-
-    def probes_for(runs: Path) -> Probes[str]:
-        return probes if probes is not None else release_probes(pinned, package, runs)
-
-    def notes(run: Run[str]) -> str:
-        return pinned.note()
-
-    axis = Axis(
-        kind="release", noun="release", items=versions, header=header, fields=header,
-        probes_for=probes_for,
+    question = Question(
+        noun="release", candidates=versions, header=header,
+        asked=BisectSummary.model_validate({**header, "yanked": yanked}), names=tuple(versions),
         # as the index spells them ("1.25" is 1.25.0), so each end is probed once
         good=str(Version(good)), bad=str(Version(bad)),
-        key=Version, subject=f"{name} ", sweep=sweep, yanked=yanked,
-        suggest=f"; map every release with `{sweep}`", notes=notes,
+        key=Version, subject=f"{name} ", sweep=sweep,
+        suggest=f"; map every release with `{sweep}`", note=target.note(),
     )  # fmt: skip
-    return target, axis
+    return target, ReleaseAxis(question, target, package, probes)

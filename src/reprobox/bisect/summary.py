@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    computed_field,
+    model_validator,
+)
 
 from reprobox.bisect.search import BisectResult
 from reprobox.core.protocol import Verdict
@@ -113,39 +120,102 @@ class CommitAnswer(BaseModel):
     merge: str | None = None  # the merge commit it came in with (after a descent)
 
 
-class BisectSummary(BaseModel):
-    """The closing document of a bisect or a sweep, beside its probe log."""
+class ReleaseDetails(BaseModel):
+    """A release bisect's question: the package and the ends as the user named them."""
 
-    model_config = ConfigDict(extra="ignore")
-
-    kind: Kind = "release"
-    repro: str = ""
-    variant: str = ""
-    platform: str = "cpu"
-    # the other packages every probe ran at (`--with`), each source fixed to one commit
-    overrides: dict[str, str] = {}
-    override_commits: dict[str, str] = {}
-    # release bisect and sweep
+    kind: Literal["release"] = "release"
     package: str | None = None
     good: str | None = None
     bad: str | None = None
+
+
+class SweepDetails(BaseModel):
+    """A sweep's question and map: the package, the range, the affected releases as
+    advisory ranges and events, and the releases it could not test."""
+
+    kind: Literal["sweep"] = "sweep"
+    package: str | None = None
     range: str | None = None
-    versions: list[str] = []
-    yanked: list[str] = []
-    # date bisect
+    affected: str = ""  # "" when nothing reproduces
+    events: list[Event] = []
+    untested: list[str] = []
+
+
+class DateDetails(BaseModel):
+    """A date bisect's question (UTC days, floated packages) and what its answer day holds:
+    the releases uploaded on it, the packages that changed, the ones that flip it."""
+
+    kind: Literal["date"] = "date"
     start: str | None = None
     end: str | None = None
     floated: list[str] = []
     released_on_day: list[str] = []  # "trl 0.7.2 at 2023-10-12 13:09 UTC"
     changes: list[str] = []
     culprit: list[str] = []
-    # commit bisect: `versions` holds the first-parent shas, oldest first
+
+
+class CommitDetails(BaseModel):
+    """A commit bisect's question (the repository, the refs and their shas; the summary's
+    `versions` hold the first-parent shas, oldest first) and the commit it names."""
+
+    kind: Literal["commit"] = "commit"
+    package: str | None = None
     repo: str | None = None
+    good: str | None = None
+    bad: str | None = None
     good_sha: str | None = None
     bad_sha: str | None = None
     first_parent: bool = True
     descended: list[str] = []  # the merges whose second parent was searched
     commit: CommitAnswer | None = None  # the answer's commit, when one was found
+
+
+class AttributionDetails(BaseModel):
+    """An attribution's question (the two environments as the user named them, what differs
+    between them) and its answer: the change(s) that flip the verdict and, for one package,
+    its releases at the ends (the release itself is the summary's `first`)."""
+
+    kind: Literal["attribution"] = "attribution"
+    start: str | None = None
+    end: str | None = None
+    changes: list[str] = []
+    culprit: list[str] = []
+    package: str | None = None
+    good: str | None = None
+    bad: str | None = None
+
+
+Details = Annotated[
+    ReleaseDetails | SweepDetails | DateDetails | CommitDetails | AttributionDetails,
+    Field(discriminator="kind"),
+]
+# the fields a summary of before the tagged `details` kept flat, by the kind that owns them
+_FLAT = {
+    kind: [name for name in model.model_fields if name != "kind"]
+    for kind, model in (
+        ("release", ReleaseDetails), ("sweep", SweepDetails),
+        ("date", DateDetails), ("commit", CommitDetails), ("attribution", AttributionDetails),
+    )
+}  # fmt: skip
+_ALL_FLAT = {name for names in _FLAT.values() for name in names}
+
+
+class BisectSummary(BaseModel):
+    """The closing document of a bisect or a sweep, beside its probe log: the fields every
+    kind has, and its kind's own in `details` (tagged by `kind`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    details: Details = ReleaseDetails()
+    repro: str = ""
+    variant: str = ""
+    platform: str = "cpu"
+    # the other packages every probe ran at (`--with`), each source fixed to one commit
+    overrides: dict[str, str] = {}
+    override_commits: dict[str, str] = {}
+    # the candidates as named (releases, days, first-parent shas), oldest first
+    versions: list[str] = []
+    yanked: list[str] = []
     # the answer
     status: Status = "found"
     result: str = ""  # the one line a bisect ends with
@@ -172,10 +242,6 @@ class BisectSummary(BaseModel):
     levels: dict[str, list[float | None]] = {}
     min_shift: float | None = None
     shift: float | None = None
-    # a sweep's map
-    affected: str = ""  # "" when nothing reproduces
-    events: list[Event] = []
-    untested: list[str] = []
     # the probes and their cost
     probes: list[ProbeEntry] = []
     distinct_probed: int = 0
@@ -189,6 +255,30 @@ class BisectSummary(BaseModel):
     # set by readers and writers, not stored
     id: str = Field(default="", exclude=True)
     summary_path: str = Field(default="", exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _details_from_flat(cls, data: Any) -> Any:
+        # A summary written before `details` (or by hand) keeps its kind's fields flat.
+        if not isinstance(data, dict) or "details" in data:
+            return data
+        kind = data.get("kind", "release")
+        flat = {k: v for k, v in data.items() if k not in _ALL_FLAT and k != "kind"}
+        if kind not in _FLAT:
+            return {**flat, "details": {"kind": kind}}  # the union names what is wrong
+        own = {k: data[k] for k in _FLAT[kind] if k in data}
+        return {**flat, "details": {"kind": kind, **own}}
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def kind(self) -> Kind:
+        """release, date, commit or sweep: the tag of `details`."""
+        return self.details.kind
+
+    @property
+    def package(self) -> str | None:
+        """The package whose releases or commits were searched (None: a date bisect)."""
+        return None if isinstance(self.details, DateDetails) else self.details.package
 
     def contradicted_by(
         self, known: Iterable[tuple[str, Verdict, str]]
@@ -351,23 +441,24 @@ def answer(
 
 
 def from_search(
-    fields: Mapping[str, Any],
+    question: BisectSummary,
     result: BisectResult[Any],
     found: list[Contradiction],
     verified: list[str],
     *,
     shown: Callable[[Any], str] = str,
     final: BisectResult[Any] | None = None,
-    **extra: Any,
+    agreeing: int = 0,
+    details: Details | None = None,
 ) -> BisectSummary:
-    """A bisect's summary from its search. Any contradiction (a verify probe or a verdict on
-    disk against the answer) makes the status non-monotone, never found: the one place that
-    rule lives. `final` is a narrower search inside `result` (a descent into a merge)."""
+    """A bisect's summary from its search, on its `question`. Any contradiction (a verify
+    probe or a verdict on disk against the answer) makes the status non-monotone, never
+    found: the one place that rule lives. `final` is a narrower search inside `result` (a
+    descent into a merge); `details` what the axis found beside it (None: the question's)."""
     last = final or result
     status = "non-monotone" if found and result.status != "flaky" else last.status
-    return BisectSummary.model_validate(
-        {
-            **fields,
+    return question.model_copy(
+        update={
             "status": status,
             "start_verdict": result.start_verdict.value,
             "end_verdict": result.end_verdict.value,
@@ -376,8 +467,9 @@ def from_search(
             "candidates": [shown(c) for c in last.candidates],
             "flaky": [shown(f) for f in [*result.flaky, *(final.flaky if final else [])]],
             "verified": verified,
-            "contradictions": [c.model_dump() for c in found],
-            **extra,
+            "contradictions": list(found),
+            "agreeing": agreeing,
+            "details": details if details is not None else question.details,
         }
     )
 

@@ -9,15 +9,32 @@ introduced / fixed events, with the releases it could not test listed apart.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 from reprobox.bisect import checks
-from reprobox.bisect.axes import Axis, Run, Strategy
+from reprobox.bisect.axes import Question
 from reprobox.bisect.driver import drive
-from reprobox.bisect.prober import Probes, Target, overrides_note, pin_overrides, release_probes
-from reprobox.bisect.summary import BisectSummary, Contradiction, Event, ProbeEntry, events_line
+from reprobox.bisect.outcome import Known, Outcome
+from reprobox.bisect.prober import (
+    Prober,
+    Probes,
+    Target,
+    overrides_note,
+    pin_overrides,
+    release_probes,
+)
+from reprobox.bisect.strategy import BINARY, Strategy
+from reprobox.bisect.summary import (
+    BisectSummary,
+    Contradiction,
+    Event,
+    ProbeEntry,
+    SweepDetails,
+    events_line,
+)
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.envs.index import PackageIndex, select
@@ -69,16 +86,54 @@ def sweep(
     specifier: str,
     index: PackageIndex,
     *,
+    strategy: Strategy = BINARY,
     log_path: Path | None = None,
     on_probe: Callable[[ProbeEntry], None] | None = None,
     probes: Probes[str] | None = None,
-    workers: int = 1,
 ) -> BisectSummary:
-    """Probe every release of `package` in `specifier` (yanked ones too, marked), `workers`
-    at a time."""
-    strategy = Strategy(workers=workers, mapping=True).check()
+    """Probe every release of `package` in `specifier` (yanked ones too, marked), the
+    strategy's `workers` at a time (a sweep maps: it never searches)."""
     target, axis = sweep_axis(target, package, specifier, index, probes)
-    return drive(target, axis, strategy, log_path=log_path, on_probe=on_probe)
+    mapping = Strategy(workers=strategy.workers, mapping=True)
+    return drive(target, axis, mapping, log_path=log_path, on_probe=on_probe)
+
+
+@dataclass(frozen=True)
+class SweepAxis:
+    """The releases of one package in a range, each probed once, and the map they make."""
+
+    question: Question[str]
+    target: Target  # its overrides pinned to one commit each
+    package: str
+    fake: Probes[str] | None = None  # tests: probes that stand for the real runs
+
+    def name(self, item: str) -> str:
+        return item
+
+    def probes(self, runs: Path) -> Probes[str]:
+        return (
+            self.fake if self.fake is not None else release_probes(self.target, self.package, runs)
+        )
+
+    def refine(
+        self, outcome: Outcome[str], prober: Prober[str], strategy: Strategy
+    ) -> Outcome[str]:
+        """The map: affected ranges, events and untested releases, and the verdicts on disk
+        that disagree with a release's probe."""
+        ranges, events, untested = affected_ranges(outcome.verdicts)
+        disagree, agreeing = disagreements(outcome.verdicts, outcome.on_disk)
+        asked = self.question.asked.details
+        assert isinstance(asked, SweepDetails)
+        the_map = asked.model_copy(
+            update={"affected": "; ".join(ranges), "events": events, "untested": untested}
+        )
+        return replace(outcome, details=the_map, found=tuple(disagree), agreeing=agreeing)
+
+    def answer(self, summary: BisectSummary, outcome: Outcome[str]) -> str:
+        the_map = summary.details
+        assert isinstance(the_map, SweepDetails)
+        stretches = len(the_map.affected.split("; ")) if the_map.affected else 0
+        return sweep_sentence(summary, stretches, outcome.unread)
 
 
 def sweep_axis(
@@ -87,8 +142,8 @@ def sweep_axis(
     specifier: str,
     index: PackageIndex,
     probes: Probes[str] | None = None,
-) -> tuple[Target, Axis[str]]:
-    """The releases of `package` in `specifier`, each probed once, and the map they make."""
+) -> tuple[Target, SweepAxis]:
+    """The sweep axis of `package` over `specifier`, and the target every probe runs."""
     repro, platform = target.repro, target.options.platform
     name = repro.check_pinned(package, "--package")
     target = pin_overrides(target, [name])  # every probe: the same commit of each source
@@ -104,45 +159,15 @@ def sweep_axis(
         "kind": "sweep", "repro": repro.name, "variant": target.variant, "package": name,
         "range": specifier, "platform": platform, "versions": versions, **target.header(),
     }  # fmt: skip
-    pinned = target
-
-    def probes_for(runs: Path) -> Probes[str]:
-        return probes if probes is not None else release_probes(pinned, package, runs)
-
-    def summarize(run: Run[str]) -> BisectSummary:
-        ranges, events, untested = affected_ranges(run.verdicts)
-        on_disk, unread = run.on_disk()
-        disagree, agreeing = disagreements(run.verdicts, on_disk)
-        summary = BisectSummary(
-            kind="sweep",
-            repro=repro.name,
-            variant=pinned.variant,
-            platform=platform,
-            package=name,
-            range=specifier,
-            versions=versions,
-            yanked=yanked,
-            status="mapped",
-            affected="; ".join(ranges),
-            events=events,
-            untested=untested,
-            overrides=dict(pinned.overrides),
-            override_commits=dict(pinned.commits),
-            contradictions=disagree,
-            agreeing=agreeing,
-        )
-        summary.result = sweep_sentence(summary, len(ranges), unread)
-        return summary
-
-    axis = Axis(
-        kind="sweep", noun="release", items=versions, header=header, fields=header,
-        probes_for=probes_for, yanked=yanked, summarize=summarize,
+    question = Question(
+        noun="release", candidates=versions, header=header,
+        asked=BisectSummary.model_validate({**header, "yanked": yanked}), names=tuple(versions),
     )  # fmt: skip
-    return target, axis
+    return target, SweepAxis(question, target, package, probes)
 
 
 def disagreements(
-    verdicts: Sequence[tuple[str, Verdict | None]], on_disk: Sequence[checks.Known]
+    verdicts: Sequence[tuple[str, Verdict | None]], on_disk: Sequence[Known]
 ) -> tuple[list[Contradiction], int]:
     """Verdicts on disk about a release the sweep measured otherwise, and how many agree."""
     mine = {Version(name): verdict for name, verdict in verdicts if verdict is not None}
@@ -167,7 +192,9 @@ def disagreements(
 def sweep_sentence(summary: BisectSummary, stretches: int, unread: str = "") -> str:
     """The line a sweep ends with: the affected ranges, or that nothing reproduces; a
     verdict on disk against a release's probe makes the map uncertain, said so."""
-    probed = len(summary.versions) - len(summary.untested)
+    the_map = summary.details
+    assert isinstance(the_map, SweepDetails), "a sweep's summary"
+    probed = len(summary.versions) - len(the_map.untested)
     counts = f"{probed} of {len(summary.versions)} releases tested"
     counts += overrides_note(summary.overrides, summary.override_commits)
     if summary.contradictions:
@@ -180,16 +207,16 @@ def sweep_sentence(summary: BisectSummary, stretches: int, unread: str = "") -> 
         counts += f"; {summary.agreeing} verdict(s) on disk agree"
     if unread:
         counts += f"; {unread}"
-    if summary.untested:
-        counts += f"; untested: {', '.join(summary.untested)}"
-    if not summary.affected:
-        return f"no release of {summary.package} in {summary.range} reproduces ({counts})"
-    changed = sum(1 for e in summary.events if e.last_affected is None)
+    if the_map.untested:
+        counts += f"; untested: {', '.join(the_map.untested)}"
+    if not the_map.affected:
+        return f"no release of {the_map.package} in {the_map.range} reproduces ({counts})"
+    changed = sum(1 for e in the_map.events if e.last_affected is None)
     changes = (
         f"; the verdict changes {changed} times: a bisect of this range would not be certain"
         if stretches > 1
         else ""
     )
-    bounds = events_line([e for e in summary.events if e.bound], summary.versions)
+    bounds = events_line([e for e in the_map.events if e.bound], summary.versions)
     edges = f"; {bounds}" if bounds else ""
-    return f"{summary.package} affected: {summary.affected} ({counts}{edges}{changes})"
+    return f"{the_map.package} affected: {the_map.affected} ({counts}{edges}{changes})"

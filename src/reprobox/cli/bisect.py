@@ -14,9 +14,10 @@ from reprobox.core import spec
 from reprobox.core.errors import BadInput, ExitCode
 
 if TYPE_CHECKING:
-    from reprobox.bisect.axes import Axis, Strategy
+    from reprobox.bisect.axes import Axis
     from reprobox.bisect.plan import PlanOutput as Plan
     from reprobox.bisect.prober import Target
+    from reprobox.bisect.strategy import Strategy
     from reprobox.bisect.summary import BisectSummary
 
 _DAY = " to find the day, then a few to narrow its package changes"
@@ -155,8 +156,6 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 bad=args.bad,
                 tag_format=args.tag_format,
                 first_parent=args.first_parent,
-                confirm=args.confirm,
-                verify=args.verify,
                 log_path=args.log,
                 on_probe=progress.probe,
                 strategy=strategy,
@@ -170,8 +169,6 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 end,
                 floats,
                 index=cells.index(args),
-                confirm=args.confirm,
-                verify=args.verify,
                 log_path=args.log,
                 on_probe=progress.probe,
                 strategy=strategy,
@@ -184,8 +181,6 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 good,
                 bad,
                 cells.index(args),
-                confirm=args.confirm,
-                verify=args.verify,
                 log_path=args.log,
                 on_probe=progress.probe,
                 strategy=strategy,
@@ -279,15 +274,15 @@ def _show_plan(found: Plan) -> None:
 def _strategy(args: argparse.Namespace, target: Target) -> Strategy:
     """How this bisect searches (--flaky defaults to on for a repro that declares repeats);
     BadInput (exit 2) for a flag out of its range."""
-    from reprobox.bisect import axes  # bisects only
+    from reprobox.bisect import strategy as how  # bisects only
 
-    flaky = axes.declares_noise(target.repro, target.variant) if args.flaky is None else args.flaky
-    metric = axes.declared_metric(target.repro, target.variant) if flaky else None
+    flaky = how.declares_noise(target.repro, target.variant) if args.flaky is None else args.flaky
+    metric = how.declared_metric(target.repro, target.variant) if flaky else None
     if args.max_runs is not None:
         max_runs = args.max_runs
     else:
-        max_runs = axes.DEFAULT_METRIC_RUNS if metric else axes.DEFAULT_MAX_RUNS
-    return axes.Strategy(
+        max_runs = how.DEFAULT_METRIC_RUNS if metric else how.DEFAULT_MAX_RUNS
+    return how.Strategy(
         confirm=args.confirm,
         verify=args.verify,
         workers=args.workers,
@@ -300,7 +295,9 @@ def _strategy(args: argparse.Namespace, target: Target) -> Strategy:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from reprobox.bisect import sweep  # start-up cost: the bisect modules load for a bisect only
+    # start-up cost: the bisect modules load for a bisect only
+    from reprobox.bisect import sweep
+    from reprobox.bisect.strategy import Strategy
     from reprobox.envs.index import version_range  # urllib and http: only a sweep needs them
 
     version_range(args.range)  # a bad --range is said before the index is asked
@@ -316,7 +313,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             cells.index(args),
             log_path=args.log,
             on_probe=progress.probe,
-            workers=args.workers,
+            strategy=Strategy(workers=args.workers),
         )
     _say(args, summary, int(ExitCode.OK))
     return int(ExitCode.OK)

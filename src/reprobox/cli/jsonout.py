@@ -42,6 +42,9 @@ class SearchOutput(_Envelope):
     """`bisect --json`, `sweep --json` and `attribute --json`: the summary also written
     beside the probe log."""
 
+    # 2: a kind's own fields (a sweep's `affected`, a date's `culprit`, a commit's `commit`,
+    # ...) moved from the summary's top level into `summary.details`, tagged by `kind`
+    version: int = 2
     command: Literal["bisect", "sweep", "attribute"]
     summary: BisectSummary
     summary_path: str  # where that summary.json lies
@@ -103,8 +106,10 @@ and the exit code says what happened.
   later runs of a cell that measured nothing.
 - `bisect --json`, `sweep --json`, `attribute --json`: `summary` is the `summary.json`
   written beside the probe log (`summary_path`); its `status`, `first`, `candidates` and
-  `result` are the answer (an attribution's `kind` is `attribution`: `changes` lists what
-  differs between the ends, `culprit` the change(s) named, `package` the one package).
+  `result` are the answer, and `details` holds what only its kind has (tagged by `kind`: a
+  release's ends, a sweep's `affected` and `events`, a date's `culprit`, a commit's
+  `commit`, an attribution's `changes` and `culprit`); version 2 moved these there from the
+  top level, where version 1 had them (a summary.json of before still loads).
 - `bisect --dry-run --json`: the plan; nothing is launched.
 
 `version` is the envelope's version; fields may be added, never renamed, within one version.

@@ -112,10 +112,11 @@ def bisect_summary(summary: BisectSummary) -> None:
         f"{summary.distinct_probed} probed, {summary.launched} launched "
         f"({summary.skips} skipped, {summary.wall_s:.0f}s); summary: {summary.summary_path}"
     )
-    if summary.kind == "sweep" and summary.events:
-        from reprobox.bisect.summary import events_line  # one wording of events and bounds
+    # one wording of events and bounds; start-up cost: a bisect's summary only
+    from reprobox.bisect.summary import SweepDetails, events_line
 
-        info(f"events: {events_line(summary.events, summary.versions)}")
+    if isinstance(summary.details, SweepDetails) and summary.details.events:
+        info(f"events: {events_line(summary.details.events, summary.versions)}")
     out.print(summary.result, markup=False, soft_wrap=True)  # one line, however long
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from reprobox.bisect.summary import BisectSummary
+from reprobox.bisect.summary import BisectSummary, SweepDetails
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
@@ -159,8 +159,8 @@ def release_map(
         for release in summary.versions:
             if (key := _version(release)) is not None:
                 known.setdefault(key, release)
-        if summary.kind == "sweep":
-            found.untested += [u for u in summary.untested if u not in found.untested]
+        if isinstance(summary.details, SweepDetails):
+            found.untested += [u for u in summary.details.untested if u not in found.untested]
         for probe in summary.probes:
             add(probe.item, probe.verdict, f"{kind} {summary.id or summary.summary_path}")
     for record in records:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from packaging.utils import canonicalize_name
 
-from reprobox.bisect.summary import BisectSummary, Contradiction
+from reprobox.bisect.summary import BisectSummary, CommitDetails, Contradiction, ReleaseDetails
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
@@ -285,8 +285,9 @@ def bisect_headline(summary: BisectSummary) -> str:
     """A release, date or commit bisect's answer as one line a maintainer acts on."""
     package = summary.package or ""
     status = summary.status
-    commit = getattr(summary, "commit", None)
-    if summary.kind == "commit" and commit is not None and status == "found":
+    asked = summary.details
+    commit = asked.commit if isinstance(asked, CommitDetails) else None
+    if commit is not None and status == "found":
         sha = md.code(commit.sha[:12])
         shown = md.link(commit.sha[:12], commit.link) if commit.link else sha
         what = "Fixed in commit" if summary.end_verdict == Verdict.CLEAN else "First bad commit"
@@ -295,8 +296,8 @@ def bisect_headline(summary: BisectSummary) -> str:
             line += f" ({md.link(f'#{commit.pr}', commit.pr_link)})"
         return line + "."
     known_sides = summary.start_verdict in (Verdict.REPRODUCED, Verdict.CLEAN)
-    if summary.kind == "release" and status == "found" and summary.first and known_sides:
-        last = summary.last_start or summary.bad or summary.good or ""
+    if isinstance(asked, ReleaseDetails) and status == "found" and summary.first and known_sides:
+        last = summary.last_start or asked.bad or asked.good or ""
         fixed = summary.start_verdict == Verdict.REPRODUCED
         verb = "Fixed" if fixed else "Introduced"
         if fixed:

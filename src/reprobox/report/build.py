@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
+from reprobox.bisect.summary import BisectSummary
 from reprobox.core import scaffold, spec
 from reprobox.core.errors import BadInput
 from reprobox.core.records import RECORD_SCHEMA, RecordStore
@@ -382,7 +383,7 @@ def _append_step_summary(path: Path, comment: str) -> None:
 
 
 def _plots(
-    builder: Builder, summaries: Sequence[object], out: Path, text: Callable[[str], str]
+    builder: Builder, summaries: Sequence[BisectSummary], out: Path, text: Callable[[str], str]
 ) -> list[tuple[str, Path]]:
     made = []
     for metric in charted_metrics(builder.metrics, builder.rules):

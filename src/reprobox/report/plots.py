@@ -24,6 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 from packaging.version import InvalidVersion, Version
 
+from reprobox.bisect.summary import BisectSummary, SweepDetails
 from reprobox.core.records import Record
 from reprobox.report.metric_text import is_excess
 
@@ -295,7 +296,7 @@ def _seed_panels(
 
 def release_plots(
     records: Sequence[Record],
-    summaries: Sequence[object],
+    summaries: Sequence[BisectSummary],
     out_dir: Path,
     variants: Sequence[str],
     text: Callable[[str], str] = str,
@@ -304,14 +305,13 @@ def release_plots(
     matrix cells that vary one package. Returns (caption, path) pairs."""
     by_package: dict[str, dict[str, dict[str, str]]] = {}  # package -> variant -> v -> verdict
     for summary in summaries:
-        kind = getattr(summary, "kind", "")
-        package = getattr(summary, "package", None)
-        if kind != "sweep" or not package:
+        swept = summary.details
+        if not isinstance(swept, SweepDetails) or not swept.package:
             continue
-        row = by_package.setdefault(package, {}).setdefault(
-            f"{getattr(summary, 'variant', '') or 'sweep'} (sweep)", {}
+        row = by_package.setdefault(swept.package, {}).setdefault(
+            f"{summary.variant or 'sweep'} (sweep)", {}
         )
-        for probe in getattr(summary, "probes", []):
+        for probe in summary.probes:
             row.setdefault(probe.item, probe.verdict or "skip")
     for record in records:
         if len(record.packages) != 1 or record.params:

@@ -215,8 +215,11 @@ def _grade_attribution(question: Question, data: Any, reply: Reply) -> Answer:
     status, truth = summary.get("status"), question.truth
     if status != "found":
         return _answer(question, "refused", line, f"status {status}", runs, reply)
-    package, first = summary.get("package"), summary.get("first")
-    named = f"{package} {first}" if package else " + ".join(summary.get("culprit") or [])
+    # the culprit: the summary's `details` (--json version 2), its top level in version 1
+    details = summary.get("details")
+    own = details if isinstance(details, dict) else summary
+    package, first = own.get("package"), summary.get("first")
+    named = f"{package} {first}" if package else " + ".join(own.get("culprit") or [])
     if package == canonicalize_name(truth.package) and first == truth.first_bad:
         return _answer(question, "right", line, f"culprit {named}", runs, reply)
     why = f"named {named}, the truth is {truth.package} {truth.first_bad}"
@@ -268,7 +271,10 @@ def _grade_search(question: Question, data: Any, reply: Reply) -> Answer:
         return _answer(question, "refused", line, f"status {status}", runs, reply)
     if status != "mapped":
         return _answer(question, "refused", line, f"status {status}", runs, reply)
-    found = summary.get("events") or []  # an event each: {"introduced": V} or {"fixed": V}
+    # the map: the summary's `details` (--json version 2), its top level in version 1
+    details = summary.get("details")
+    the_map = details if isinstance(details, dict) else summary
+    found = the_map.get("events") or []  # an event each: {"introduced": V} or {"fixed": V}
     events = {
         "introduced": [e["introduced"] for e in found if e.get("introduced")],
         "fixed": [e["fixed"] for e in found if e.get("fixed")],
@@ -279,8 +285,8 @@ def _grade_search(question: Question, data: Any, reply: Reply) -> Answer:
     }
     if events == expected:
         return _answer(question, "right", line, f"events {events}", runs, reply)
-    if summary.get("untested"):  # ranges with holes: nothing claimed about those releases
-        why = f"events {events} with untested {summary.get('untested')}"
+    if the_map.get("untested"):  # ranges with holes: nothing claimed about those releases
+        why = f"events {events} with untested {the_map.get('untested')}"
         return _answer(question, "refused", line, why, runs, reply)
     why = f"events {events}, the truth {expected}"
     return _answer(question, "wrong", line, why, runs, reply)
