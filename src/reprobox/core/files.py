@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 
@@ -12,7 +13,10 @@ def atomic_write(path: Path, text: str) -> Path:
     if not text.endswith("\n"):
         text += "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # one temporary per writer, threads included: two threads of one process writing the
+    # same file at once (two bisect workers installing the read hook) shared a pid-named
+    # temporary, and the second rename found it gone
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with tmp.open("w") as handle:
             handle.write(text)
