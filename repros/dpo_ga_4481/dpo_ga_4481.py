@@ -1,4 +1,4 @@
-"""Under transformers 4.48.1, trl's DPOTrainer logs (and trains on) the loss x gradient_accumulation_steps.
+"""Under transformers 4.48.1, trl's DPOTrainer logs the loss x gradient_accumulation_steps.
 
 Reproduces huggingface/transformers#35856 ("DPO LoRA loss incorrect with Gradient Accumulation
 in 4.48.1"), reported against trl's DPOTrainer. transformers 4.46 made the Trainer scale the

@@ -92,12 +92,17 @@ class Offloads:
 
 def build_model(args):
     import torch
-    from transformers import AutoConfig, AutoModelForSequenceClassification, BertConfig
-    from transformers import BertForSequenceClassification
+    from transformers import (
+        AutoConfig,
+        AutoModelForSequenceClassification,
+        BertConfig,
+        BertForSequenceClassification,
+    )
 
     torch.manual_seed(args.seed)
     if args.model:
-        return AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(args.model))
+        config = AutoConfig.from_pretrained(args.model)
+        return AutoModelForSequenceClassification.from_config(config)
     config = BertConfig(
         vocab_size=100,
         hidden_size=32,
@@ -133,7 +138,7 @@ def trainer_or_reason(args, model, train, data, out, callback):
             model=model, args=training, train_dataset=train, eval_dataset=data, callbacks=[callback]
         )
         return trainer, ""
-    except ImportError as error:  # e.g. "Using the `Trainer` with `PyTorch` requires accelerate>=..."
+    except ImportError as error:  # "Using the `Trainer` with `PyTorch` requires accelerate>=..."
         return None, " ".join(str(error).split())
 
 
