@@ -108,8 +108,9 @@ def test_attribute_names_the_package_and_its_release(flip_root: Path) -> None:
     doc = json.loads(again.stdout)
     summary = doc["summary"]
     assert (doc["command"], doc["exit_code"]) == ("attribute", 0)
-    assert (summary["kind"], summary["package"], summary["first"]) == ("attribution", FLIP, "1.2.0")
-    assert summary["culprit"] == [f"{FLIP} 1.0.0 -> 1.3.0"]
+    details = summary["details"]  # a kind's own fields (--json version 2)
+    assert (summary["kind"], details["package"], summary["first"]) == ("attribution", FLIP, "1.2.0")
+    assert details["culprit"] == [f"{FLIP} 1.0.0 -> 1.3.0"] and doc["version"] == 2
     assert summary["launched"] == 0 and all(p["resumed"] for p in summary["probes"])
 
 
