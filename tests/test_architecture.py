@@ -76,7 +76,7 @@ def test_design_rules_2_and_3_are_contracts() -> None:
 def test_the_pipeline_finds_no_capability_at_run_time() -> None:
     """Every capability the pipeline uses is declared (run/backend.py, run/capabilities.py):
     no getattr or hasattr on a back end or a handle where back ends are driven."""
-    driving = ["pipeline.py", "host_check.py", "environments.py"]
+    driving = ["pipeline.py", "host_check.py", "installs.py"]
     found = [c for name in driving for c in _calls(SRC / "run" / name, {"getattr", "hasattr"})]
     assert found == []
     assert _calls(SRC / "bisect" / "prober.py", {"hasattr"}) == []

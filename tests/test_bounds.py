@@ -15,7 +15,7 @@ from conftest import reprobox
 from reprobox.core.errors import LaunchError
 from reprobox.core.protocol import MAX_RESULT_BYTES, read_result
 from reprobox.core.records import MAX_RECORD_BYTES, Record
-from reprobox.run.logs import bound_logs, cap_log
+from reprobox.run.rank_logs import bound_logs, cap_log
 
 
 def _oversize_json(path: Path, size: int) -> None:

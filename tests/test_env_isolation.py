@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, newest_records, reprobox
-from reprobox.core import environ
+from reprobox.core import env_filter
 from reprobox.core.errors import SpecError
 from reprobox.core.settings import Settings
 from reprobox.envs import uv
@@ -34,15 +34,15 @@ def test_launch_set_keeps_the_stack_and_drops_the_rest() -> None:
         "HF_HUB_OFFLINE": "1", "HTTPS_PROXY": "http://proxy:3128", "UV_INDEX_URL": "x",
         "PIP_INDEX_URL": "y", "REPROBOX_RESULTS": "/r", "SSH_AUTH_SOCK": "/s",
     }  # fmt: skip
-    got = environ.for_launch(parent)
+    got = env_filter.for_launch(parent)
     assert set(got) == {
         "PATH", "HOME", "LC_ALL", "NCCL_DEBUG", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
         "HF_HUB_OFFLINE", "HTTPS_PROXY",
     }  # fmt: skip
-    assert environ.for_launch(parent, ["REPROBOX_TEST_PASSED", "HF_TOKEN"]).keys() - got == {
+    assert env_filter.for_launch(parent, ["REPROBOX_TEST_PASSED", "HF_TOKEN"]).keys() - got == {
         "REPROBOX_TEST_PASSED", "HF_TOKEN",  # asked for by name: the repro's own decision
     }  # fmt: skip
-    for_uv = environ.for_uv(parent)
+    for_uv = env_filter.for_uv(parent)
     assert {"UV_INDEX_URL", "HTTPS_PROXY", "PATH"} <= set(for_uv)
     assert not set(for_uv) & {*SECRETS, *HARMLESS, "PIP_INDEX_URL", "HF_HUB_OFFLINE"}
 

@@ -13,9 +13,9 @@ import pytest
 
 from conftest import reprobox
 from reprobox.core.records import Record
+from reprobox.core.scrub import Scrubber
 from reprobox.core.settings import Settings
 from reprobox.report import export as exporting
-from reprobox.report.scrub import Scrubber
 
 ENV_SECRET = "s3cr3t-only-in-the-environment-42"  # a value only the harness's env names
 PLANTED = {

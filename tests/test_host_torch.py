@@ -24,7 +24,7 @@ from reprobox.core.settings import Settings
 from reprobox.core.spec import load
 from reprobox.envs import locks, torch_source, venvs
 from reprobox.envs.uv import uv_bin
-from reprobox.report import environment
+from reprobox.report import env_commands
 
 HOST_TORCH = "2.13.0+cpu"
 
@@ -231,9 +231,9 @@ def test_lm_head_runs_with_the_host_torch(
     # the report's environment section: the host's torch, and what the venv imports
     record = Record.model_validate(records["broken"])
     python = env / "bin" / "python"
-    listed = environment.packages(python, environment._env(python, {}), 120)
+    listed = env_commands.packages(python, env_commands._env(python, {}), 120)
     assert (listed["torch"], listed["transformers"]) == (HOST_TORCH, "4.32.1")
-    shown = environment.host_torch_report(record)
+    shown = env_commands.host_torch_report(record)
     assert f"torch {HOST_TORCH} (CUDA none)" in shown.text and str(host_site) in shown.text
 
 

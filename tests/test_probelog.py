@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from reprobox.bisect.log import LogBusy, ProbeLog
+from reprobox.bisect.probe_log import LogBusy, ProbeLog
 from reprobox.bisect.summary import ProbeEntry
 from reprobox.core.errors import BadInput, ExitCode
 
@@ -43,7 +43,7 @@ def _child(script: str, path: Path) -> subprocess.Popen[str]:
     code = textwrap.dedent(f"""
         import os, signal, sys, time
         from pathlib import Path
-        from reprobox.bisect.log import ProbeLog
+        from reprobox.bisect.probe_log import ProbeLog
         from reprobox.bisect.summary import ProbeEntry
         log = ProbeLog(Path({str(path)!r}), {HEADER!r})
     """) + textwrap.dedent(script)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from bisect_fakes import C, FakeHistory, R, hist_target, transformers_history, transformers_index
 
-from reprobox.bisect.log import ProbeLog
+from reprobox.bisect.probe_log import ProbeLog
 from reprobox.bisect.prober import Outcome, ProbeFailed, Prober, Probes, classify
 from reprobox.bisect.releases import release_bisect
 from reprobox.core.errors import BadInput, EnvError, ExitCode, ReproboxError

@@ -65,7 +65,7 @@ def test_no_callback_no_phases() -> None:
 def test_scrubbing_the_logs_is_a_phase_of_its_own(tmp_path: Path) -> None:
     """Scrubbing 8 MiB of kept logs takes about a second: it is said as its own phase, not
     counted as `running` (issue 35)."""
-    from reprobox.run.logs import bound_logs
+    from reprobox.run.rank_logs import bound_logs
 
     (tmp_path / "rank0.log").write_text("step 1\n" * 1000)
     (tmp_path / "rank1.log").write_text("token=hf_" + "a1" * 20 + "\n")

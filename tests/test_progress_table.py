@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from reprobox.cli.tables import fit_columns, tally_line, verdict_rows
+from reprobox.cli.table_drawing import fit_columns, tally_line, verdict_rows
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record

@@ -1,4 +1,4 @@
-"""The statistical verdict of a noisy cell (core.repeated), on per-launch judgements made up
+"""The statistical verdict of a noisy cell (core.repeat_verdict), on per-launch judgements made up
 here: SPRT over pass/fail, the metric tests against a threshold with planned looks, errors
 and cannot-test ending the cell, what the table shows, the spec's checks, and records
 without samples still loading."""
@@ -14,8 +14,8 @@ import pytest
 
 from conftest import write_repro
 from reprobox.cli import verdict as verdict_cli
-from reprobox.cli.tables import verdict_rows
-from reprobox.core import repeated, spec, stats
+from reprobox.cli.table_drawing import verdict_rows
+from reprobox.core import repeat_verdict, spec, stats
 from reprobox.core.errors import ExitCode, SpecError
 from reprobox.core.judge import Judgement, Status
 from reprobox.core.protocol import Expectation, Verdict
@@ -34,7 +34,7 @@ def _launch(verdict: Verdict | None, **metrics: float) -> Judgement:
 
 def _judge(section: VerdictSection, launches: list[Judgement], expect: str = "reproduced"):
     samples: list[dict[str, Any]] = [{"repeat": i} for i in range(len(launches))]
-    return repeated.aggregate(section, Expectation(expect), [], launches, samples)
+    return repeat_verdict.aggregate(section, Expectation(expect), [], launches, samples)
 
 
 def _coin(rate: float, n: int, seed: int) -> list[Judgement]:
@@ -81,7 +81,7 @@ def test_sprt_read_after_every_launch_decides_as_the_toy_e2e_expects(
         launches = _coin(rate, NOISY.repeats, seed)  # type: ignore[arg-type]
         for n in range(1, len(launches) + 1):
             out = _judge(NOISY, launches[:n])
-            if repeated.decided(out):
+            if repeat_verdict.decided(out):
                 break
         wrong += out.verdict is not want
     assert wrong <= 4  # alpha = beta = 1%: a couple at most, not a coin's share
@@ -120,12 +120,12 @@ def test_auto_metric_tests_look_at_planned_points_with_alpha_split() -> None:
         reproduced_if=RULE, repeats="auto", test="t", metric="hit", budget=20, alpha=0.03,
         threshold=0.5,
     )  # fmt: skip
-    assert repeated.looks(section) == [5, 10, 20]
-    assert repeated.next_look(section, 0) == 5 and repeated.next_look(section, 5) == 10
+    assert repeat_verdict.looks(section) == [5, 10, 20]
+    assert repeat_verdict.next_look(section, 0) == 5 and repeat_verdict.next_look(section, 5) == 10
     stat = _judge(section, [_launch(Verdict.CLEAN, hit=v) for v in (0.1, 0.2, 0.3, 0.2, 0.1)]).stat
     assert stat is not None and stat["confidence"] == pytest.approx(0.99)  # 0.03 / 3 looks
     sprt = VerdictSection(reproduced_if=RULE, repeats="auto", budget=7)
-    assert repeated.looks(sprt) == list(range(1, 8)) and repeated.most(sprt) == 7
+    assert repeat_verdict.looks(sprt) == list(range(1, 8)) and repeat_verdict.most(sprt) == 7
 
 
 def test_the_table_shows_mean_ci_and_n_and_undecided(tmp_path: Path) -> None:
@@ -234,16 +234,16 @@ def test_the_power_calculation_is_the_t_tests_own() -> None:
 
 
 def _normal(section: VerdictSection, mean: float, sd: float, seed: int) -> Judgement:
-    """The pipeline's loop (run/repeats.py) on normal samples: launch to the next look,
+    """The pipeline's loop (run/repeat_loop.py) on normal samples: launch to the next look,
     judge, stop once decided."""
     rng = random.Random(seed)
     judged: list[Judgement] = []
     while True:
-        stop = repeated.next_look(section, len(judged))
+        stop = repeat_verdict.next_look(section, len(judged))
         while len(judged) < stop:
             judged.append(_launch(Verdict.CLEAN, gap=rng.gauss(mean, sd)))
         out = _judge(section, judged)
-        if repeated.decided(out) or len(judged) >= repeated.most(section):
+        if repeat_verdict.decided(out) or len(judged) >= repeat_verdict.most(section):
             return out
 
 
@@ -256,7 +256,7 @@ EXAMPLE = VerdictSection(
 def test_the_documented_example_decides_a_half_sd_shift() -> None:
     """repros/README.md's example (auto, its default budget 200) on sd 1: right both ways;
     the old `repeats = 20` could not decide and says how many launches it would need."""
-    assert repeated.most(EXAMPLE) == 200 and repeated.looks(EXAMPLE)[-2:] == [160, 200]
+    assert repeat_verdict.most(EXAMPLE) == 200 and repeat_verdict.looks(EXAMPLE)[-2:] == [160, 200]
     for seed in range(8):
         assert _normal(EXAMPLE, 0.0, 1.0, seed).verdict is Verdict.CLEAN
         assert _normal(EXAMPLE, 0.5, 1.0, 100 + seed).verdict is Verdict.REPRODUCED
@@ -270,7 +270,7 @@ def test_the_documented_example_decides_a_half_sd_shift() -> None:
 def test_a_budget_that_cannot_decide_stops_early_and_says_what_it_needs() -> None:
     small = EXAMPLE.model_copy(update={"budget": 20})
     out = _normal(small, 0.5, 1.0, 3)  # about 140 launches needed at sd 1
-    assert out.status is Status.UNDECIDED and out.verdict is None and repeated.decided(out)
+    assert out.status is Status.UNDECIDED and out.verdict is None and repeat_verdict.decided(out)
     assert out.stat is not None and out.stat["futile"] and out.stat["n"] < 20
     assert "more than the 20 launches allowed; raise budget" in out.reason
     assert out.exit_code == ExitCode.UNDECIDED

@@ -11,7 +11,7 @@ from pathlib import Path
 from test_report import fake_repro, save_record
 
 from reprobox.report import build as report
-from reprobox.report.env_text import trim_stack_report
+from reprobox.report.env_trim import trim_stack_report
 
 CAPTURED = Path(__file__).parent / "fixtures" / "env_reports"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from test_report import fake_repro, save_record
 
+from reprobox.core.scrub import REDACTED, Scrubber, looks_secret
 from reprobox.report import build as report
-from reprobox.report.scrub import REDACTED, Scrubber, looks_secret
 
 HF = "hf_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7"
 GHP = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"

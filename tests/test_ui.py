@@ -10,7 +10,7 @@ import sys
 import pytest
 from rich.console import Console
 
-from reprobox.cli import columns, tables, ui
+from reprobox.cli import columns, table_drawing, ui
 from reprobox.cli.progress import CellProgress
 from reprobox.core.cells import Cell
 from reprobox.core.records import Record
@@ -105,7 +105,7 @@ def test_rich_table_prints_record_text_as_written(monkeypatch: pytest.MonkeyPatc
     buffer = io.StringIO()
     wide = Console(file=buffer, width=200, force_terminal=True, color_system=None, emoji=False)
     monkeypatch.setattr(ui, "out", wide)
-    tables.verdict_table(
+    table_drawing.verdict_table(
         [_record(LABEL, "reproduced"), _record("fixed", None, reason=REASON)], "rich"
     )
     text = buffer.getvalue()
@@ -116,7 +116,7 @@ def test_rich_table_prints_record_text_as_written(monkeypatch: pytest.MonkeyPatc
 
 def test_plain_table_never_splits_a_word(screen: io.StringIO) -> None:
     records = [_record(LABEL, "reproduced"), _record("fixed", None, reason=REASON)]
-    tables.verdict_table(records, "plain")
+    table_drawing.verdict_table(records, "plain")
     lines = screen.getvalue().splitlines()
     assert lines[0] == "reprobox verdicts" and len(lines) == 5
     assert any(LABEL in line and "gap=0.5" in line for line in lines)
@@ -127,7 +127,9 @@ def test_plain_table_never_splits_a_word(screen: io.StringIO) -> None:
 
 
 def test_auto_is_plain_off_a_terminal(screen: io.StringIO) -> None:
-    tables.verdict_table([_record(LABEL, "reproduced")])  # existing calls: format defaults to auto
+    table_drawing.verdict_table(
+        [_record(LABEL, "reproduced")]
+    )  # existing calls: format defaults to auto
     assert screen.getvalue().startswith("reprobox verdicts\nrepro ")
 
 
@@ -135,11 +137,11 @@ def test_auto_is_rich_at_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ui, "out", Console(file=io.StringIO(), force_terminal=True))
     monkeypatch.setattr(ui, "_ci", False)
     ui.configure(Settings.from_env({}))
-    assert tables.table_format("auto") == "rich"
+    assert table_drawing.table_format("auto") == "rich"
     ui.configure(Settings.from_env({"CI": "true"}))  # a CI log is read later, in any width
-    assert tables.table_format("auto") == "plain"
+    assert table_drawing.table_format("auto") == "plain"
     with pytest.raises(ValueError, match="unknown table format 'html'"):
-        tables.table_format("html")
+        table_drawing.table_format("html")
 
 
 def test_markdown_table_escapes_pipes_and_lines_up() -> None:

@@ -1,8 +1,8 @@
 """A metric test's repeated launches on simulated samples: how often each declared test
 decides, decides wrong, or stays undecided, and how many launches it took. Samples are
 normal: "clean" at mean = threshold (0), "reproduced" at threshold + effect (0.5).
-The loop is the pipeline's (run/repeats.py): launch to the next look, judge with
-core.repeated, stop once decided.
+The loop is the pipeline's (run/repeat_loop.py): launch to the next look, judge with
+core.repeat_verdict, stop once decided.
 
     .venv/bin/nox -s bench -- metric_repeats [--trials 400]
 
@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any
 
-from reprobox.core import repeated
+from reprobox.core import repeat_verdict
 from reprobox.core.judge import Judgement, Status
 from reprobox.core.protocol import Expectation, Verdict
 from reprobox.core.spec import Rule, VerdictSection
@@ -41,14 +41,14 @@ def run_cell(
     """One cell's repeated launches: its decision and how many launches it took."""
     judged: list[Judgement] = []
     while True:
-        stop = repeated.next_look(section, len(judged))
+        stop = repeat_verdict.next_look(section, len(judged))
         while len(judged) < stop:
             value = rng.gauss(mean, sd)
             verdict = Verdict.REPRODUCED if value > 0 else Verdict.CLEAN
             judged.append(Judgement(verdict, Status.MATCH, "", 0, metrics={"gap": value}))
         samples: list[dict[str, Any]] = [{} for _ in judged]
-        out = repeated.aggregate(section, Expectation.UNKNOWN, [], judged, samples)
-        if repeated.decided(out) or len(judged) >= repeated.most(section):
+        out = repeat_verdict.aggregate(section, Expectation.UNKNOWN, [], judged, samples)
+        if repeat_verdict.decided(out) or len(judged) >= repeat_verdict.most(section):
             return (out.verdict.value if out.verdict else "undecided"), len(judged)
 
 

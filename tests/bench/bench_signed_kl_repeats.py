@@ -4,7 +4,7 @@ null and whether ten independent runs at the same n agree.
 Simulated (the default): each launch's per-sequence KLs as in bench_signed_kl_null.py (sd
 0.05, a shift per (seed, rank) batch of tau x a batch mean's standard error), summarised by
 the repro's own `summarize_signed`, judged launch by launch as the harness does, and the
-launches turned into the cell's conclusion by the harness's own `core.repeated.aggregate`
+launches turned into the cell's conclusion by the harness's own `core.repeat_verdict.aggregate`
 with the [verdict] of repro.toml's `signed_kl` (its repeats, test, alpha, effect). Reported per
 true mean and tau: how often a run concludes reproduced / clean / undecided, the false-alarm
 rate (reproduced when the true mean is not negative), and the share of groups of ten
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reprobox.core import repeated, spec
+from reprobox.core import repeat_verdict, spec
 from reprobox.core.errors import ExitCode
 from reprobox.core.judge import Judgement, Status
 from reprobox.core.protocol import Expectation, Verdict
@@ -67,11 +67,11 @@ def _conclude(
     """One run of the cell as the repeat loop runs it: launch to the next look, read."""
     judged: list[Judgement] = []
     while True:
-        while len(judged) < repeated.next_look(section, len(judged)):
+        while len(judged) < repeat_verdict.next_look(section, len(judged)):
             judged.append(_launch(rng, mean, tau))
         samples = [{"repeat": i} for i in range(len(judged))]
-        out = repeated.aggregate(section, Expectation.UNKNOWN, [], judged, samples)
-        if repeated.decided(out) or len(judged) >= repeated.most(section):
+        out = repeat_verdict.aggregate(section, Expectation.UNKNOWN, [], judged, samples)
+        if repeat_verdict.decided(out) or len(judged) >= repeat_verdict.most(section):
             return out.verdict.value if out.verdict else "undecided"
 
 

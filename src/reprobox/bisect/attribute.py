@@ -31,7 +31,7 @@ from packaging.version import InvalidVersion, Version
 
 from reprobox.bisect import checks
 from reprobox.bisect.dates import ChangeSet, as_of_request, pinned_request
-from reprobox.bisect.log import ProbeLog
+from reprobox.bisect.probe_log import ProbeLog
 from reprobox.bisect.prober import (
     Prober,
     Probes,

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from reprobox.bisect import checks
-from reprobox.bisect.log import ProbeLog
 from reprobox.bisect.outcome import Known, Outcome
+from reprobox.bisect.probe_log import ProbeLog
 from reprobox.bisect.prober import Prober, Probes, Target
 from reprobox.bisect.strategy import Strategy
 from reprobox.bisect.summary import BisectSummary, answer

@@ -20,8 +20,8 @@ from typing import TypeVar
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from reprobox.bisect.log import ProbeLog
 from reprobox.bisect.outcome import Known
+from reprobox.bisect.probe_log import ProbeLog
 from reprobox.bisect.prober import BisectError, Prober, Target
 from reprobox.bisect.search import BisectResult
 from reprobox.bisect.summary import (

@@ -18,9 +18,9 @@ from typing import TypeVar
 
 from reprobox.bisect import checks, posterior, shift
 from reprobox.bisect.axes import Axis, Context
-from reprobox.bisect.log import ProbeLog
 from reprobox.bisect.outcome import Outcome
 from reprobox.bisect.plan import StepsLeft
+from reprobox.bisect.probe_log import ProbeLog
 from reprobox.bisect.prober import BisectError, Prober, Target, answering, default_log
 from reprobox.bisect.search import SearchError, ThreadRunner, bisect, multisect
 from reprobox.bisect.strategy import Strategy

@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 
 from packaging.utils import canonicalize_name
 
-from reprobox.bisect.log import ProbeLog
+from reprobox.bisect.probe_log import ProbeLog
 from reprobox.bisect.search import Job, SearchError, ThreadRunner
 from reprobox.bisect.summary import LOG_FILE, ProbeEntry
 from reprobox.core.cells import Cell, make_cell
@@ -77,7 +77,7 @@ class Target:
     backend: Backend | str = "venv"
     overrides: Mapping[str, str] = field(default_factory=dict)
     commits: Mapping[str, str] = field(default_factory=dict)  # package -> sha or checkout state
-    # a flaky bisect: a probe of a noisy variant is one launch, an observation (run/repeats.py)
+    # a flaky bisect: a probe of a noisy variant is one launch, an observation (run/repeat_loop.py)
     one_launch: bool = False
     metric: str | None = None  # a metric search: the metric each probe's launch reports
 

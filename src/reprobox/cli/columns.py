@@ -1,6 +1,6 @@
 """Text tables sized to their content: a plain one (columns padded to their widest cell, one
 line per row, for CI logs, pipes, files and `reprobox list`) and a GitHub pipe table for a
-comment. Pure text, no console: `cli.tables` and `cli.ui` both draw through it.
+comment. Pure text, no console: `cli.table_drawing` and `cli.ui` both draw through it.
 """
 
 from __future__ import annotations

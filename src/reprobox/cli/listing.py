@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reprobox.core import repeated
+from reprobox.core import repeat_verdict
 from reprobox.core.cells import Cell, VersionsInRange, default_cells, matrix_cells
 from reprobox.core.errors import ReproboxError
 from reprobox.core.spec import Repro, Rule
@@ -52,7 +52,7 @@ def detail(repro: Repro, versions_in_range: VersionsInRange | None) -> dict[str,
                 "preflight": launch.preflight,
             },
             "verdict": _rules(spec.verdict.reproduced_if),
-            "test": repeated.declared(spec.verdict),
+            "test": repeat_verdict.declared(spec.verdict),
             "variants": {name: _variant(repro, name) for name in spec.variants},
             "bisect": spec.bisect.model_dump() if spec.bisect else None,
         }
@@ -80,8 +80,8 @@ def _variant(repro: Repro, name: str) -> dict[str, Any]:
         "platforms": variant.platforms,
         "verdict": _rules(variant.verdict.reproduced_if) if variant.verdict else None,
         # the declared test this variant is judged by (its own [verdict], else the repro's)
-        "test": repeated.declared(repro.verdict(name)),
-        "test_text": repeated.describe(repro.verdict(name)),
+        "test": repeat_verdict.declared(repro.verdict(name)),
+        "test_text": repeat_verdict.describe(repro.verdict(name)),
         "launch": override or None,
     }
 

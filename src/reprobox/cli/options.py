@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from reprobox.cli.tables import TABLE_FORMATS
+from reprobox.cli.table_drawing import TABLE_FORMATS
 from reprobox.core import spec, suggest
 from reprobox.core.counts import check_count
 from reprobox.core.errors import BadInput, ExitCode

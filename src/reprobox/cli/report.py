@@ -175,8 +175,8 @@ def _link_omitted_files(report: Any, repro: str) -> None:
     """The repro files the comment had no room for go to a secret gist (scrubbed, as the
     comment is), and the comment links it: a maintainer needs them to run what it shows."""
     # start-up cost: the report modules load for `reprobox report` only
+    from reprobox.core.scrub import Scrubber
     from reprobox.report.build import with_files_link
-    from reprobox.report.scrub import Scrubber
 
     listed = _omitted(report)
     if not listed:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from reprobox.cli import cells, options, tables, ui
+from reprobox.cli import cells, options, table_drawing, ui
 from reprobox.core import spec
 from reprobox.core.cells import Cell
 from reprobox.core.records import Record, RecordStore
@@ -55,7 +55,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     records = [kept[c.label] if c.label in kept else next(ran) for c in selected]
     if args.json:  # one document on stdout (`cli.jsonout`); the rest went to stderr
         return cells.conclude_json(records)
-    tables.verdict_table(records, format=args.format, tally=True)
+    table_drawing.verdict_table(records, format=args.format, tally=True)
     cells.say_commits(records)
     return cells.conclude(records)
 
@@ -103,7 +103,7 @@ def cmd_image(args: argparse.Namespace) -> int:
         return 0
     records = cells.run(repro, selected, images, args)
     _say_built(images)
-    tables.verdict_table(records, format=args.format, tally=True)
+    table_drawing.verdict_table(records, format=args.format, tally=True)
     return cells.conclude(records)
 
 

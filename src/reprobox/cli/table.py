@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reprobox.cli import tables, ui
+from reprobox.cli import table_drawing, ui
 from reprobox.core import spec
 from reprobox.core.cells import default_cells
 from reprobox.core.errors import BadInput, ExitCode
@@ -80,7 +80,7 @@ def show(
         code = conclude(cells)
         jsonout.records("table", [h.record for h in cells], code, later_runs(cells))
         return code
-    tables.verdict_table(
+    table_drawing.verdict_table(
         [h.record for h in cells], format=format, notes=later_runs(cells), tally=True
     )
     return conclude(cells)

@@ -5,7 +5,7 @@ information comes as plain lines and a plain table sized to its content, so logs
 readable. Text from records and repro.toml (labels, reasons, titles) is data: it is never
 read as rich markup or emoji codes, so `broken[transformers=4.44.2]` keeps its version and a
 reason holding `[/path]` prints as written. This module imports only `core` (and rich);
-progress lines live in `cli.progress`, tables in `cli.tables` (both named here too).
+progress lines live in `cli.progress`, tables in `cli.table_drawing` (both named here too).
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class Judgement:
     metrics: dict[str, float] = field(default_factory=dict)
     decided_by: list[str] = field(default_factory=list)
     result: dict[str, Any] = field(default_factory=dict)
-    # repeated launches (core.repeated): every launch's verdict, metrics, seed and folder,
+    # repeated launches (core.repeat_verdict): every launch's verdict, metrics, seed and folder,
     # and the test that turned them into this judgement
     samples: list[dict[str, Any]] = field(default_factory=list)
     stat: dict[str, Any] | None = None

@@ -6,7 +6,7 @@ whose names look secret, tokens recognised by their shape, passwords in URLs and
 looking flags, and home directories (replaced with `~`).
 
 It lives in `core` because records and run logs are scrubbed as they are written, by the
-same rules a report uses (`report.scrub` re-exports it).
+same rules a report uses.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ class LaunchSection(_Section):
     # Script arguments for a one-process check before launching (repros/README.md, "Preflight").
     preflight: list[str] | None = None
     # Variables of the harness's environment the ranks get beyond the stack's own set
-    # (core.environ); nothing else of it reaches them.
+    # (core.env_filter); nothing else of it reaches them.
     pass_env: list[EnvName] = []
     # Nodes of one launch (Slurm: one task per node); `processes` is ranks per node.
     nodes: Nodes = 1
@@ -95,7 +95,7 @@ class Rule(_Section):
 
 Probability = Annotated[float, Field(gt=0, lt=0.5, strict=True)]
 Launches = Annotated[int, Field(ge=1, le=1000, strict=True)]
-DEFAULT_BUDGET_SPRT = 20  # repeats = "auto" without a budget (core.repeated: why)
+DEFAULT_BUDGET_SPRT = 20  # repeats = "auto" without a budget (core.repeat_verdict: why)
 DEFAULT_BUDGET_METRIC = 200
 
 

@@ -15,7 +15,7 @@ import subprocess
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from reprobox.core import environ
+from reprobox.core import env_filter
 from reprobox.core.errors import BadInput, EnvError, ExitCode
 from reprobox.core.settings import Settings
 from reprobox.envs import torch_source
@@ -40,7 +40,7 @@ def index_url() -> str:
     release lists must come from where the locks come from, and no address is written here."""
     proc = subprocess.run(
         [uv_bin(), "pip", "compile", "-", "--emit-index-url", "--no-header", "--quiet"],
-        input="", capture_output=True, text=True, timeout=120, env=environ.for_uv(os.environ),
+        input="", capture_output=True, text=True, timeout=120, env=env_filter.for_uv(os.environ),
     )  # fmt: skip
     for line in proc.stdout.splitlines():
         if line.startswith("--index-url "):
@@ -66,7 +66,7 @@ def run_uv(
         input=stdin,
         capture_output=True,
         text=True,
-        env={**environ.for_uv(os.environ), **(env or {})},  # never the harness's secrets
+        env={**env_filter.for_uv(os.environ), **(env or {})},  # never the harness's secrets
         check=False,
     )
     if proc.returncode == 0:

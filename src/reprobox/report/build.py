@@ -34,6 +34,7 @@ from reprobox.bisect.summary import BisectSummary
 from reprobox.core import scaffold, spec
 from reprobox.core.errors import BadInput
 from reprobox.core.records import RECORD_SCHEMA, RecordStore
+from reprobox.core.scrub import Scrubber
 from reprobox.report import html, plots
 from reprobox.report.data import (
     Loaded,
@@ -46,10 +47,9 @@ from reprobox.report.data import (
     not_run,
     order_records,
 )
-from reprobox.report.environment import Environment, gather
+from reprobox.report.env_commands import Environment, gather
 from reprobox.report.files import read_files
 from reprobox.report.markdown import Section
-from reprobox.report.scrub import Scrubber
 from reprobox.report.sections import Builder
 
 __all__ = [

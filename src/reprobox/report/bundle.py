@@ -30,12 +30,12 @@ from pathlib import Path
 
 from reprobox.core import spec
 from reprobox.core.errors import BadInput
+from reprobox.core.scrub import Scrubber
 from reprobox.envs.torch_source import pinned_torch
 from reprobox.envs.venvs import split_lock
 from reprobox.report import bundle_text as texts
 from reprobox.report.bundle_run import SUMS_FILE, accepted, run_sh
 from reprobox.report.byhand import TORCH_LINKS, ByHand, by_hand, pip_line, top_pins
-from reprobox.report.scrub import Scrubber
 
 __all__ = ["TORCH_LINKS", "Bundle", "ByHand", "by_hand", "pip_line", "top_pins", "write_bundle"]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import MAX_RESULT_BYTES, size_text
 from reprobox.core.records import RecordStore
-from reprobox.report.scrub import Scrubber
+from reprobox.core.scrub import Scrubber
 from reprobox.run.backend import RESULT_FILE
 
 # Folders the harness writes beside the cells, exported whole.

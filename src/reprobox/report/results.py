@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 
-from reprobox.core import repeated, spec
+from reprobox.core import repeat_verdict, spec
 from reprobox.core.judge import Status
 from reprobox.report import markdown as md
 from reprobox.report import plots
@@ -29,7 +29,7 @@ def results(b: Facts) -> list[Section]:
         for r in b.judged:
             verdict = f"{MARK.get(r.status, '')} {r.verdict or r.status}"
             if r.stat is not None:  # repeated launches: mean ± CI and n, not one number
-                verdict += f" ({md.text(repeated.summary(r.stat))})"
+                verdict += f" ({md.text(repeat_verdict.summary(r.stat))})"
             if r.status in (Status.MISMATCH, Status.ERROR, Status.UNDECIDED):
                 verdict += f" (expected {r.expect})"
             rows.append([md.code(r.label), verdict, *(shown(r.metrics, m) for m in metrics)])

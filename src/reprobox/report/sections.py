@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from reprobox.core import repeated
+from reprobox.core import repeat_verdict
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
@@ -21,7 +21,7 @@ from reprobox.report import answers, closure, results
 from reprobox.report import markdown as md
 from reprobox.report.answers import names
 from reprobox.report.bundle import by_hand
-from reprobox.report.environment import Environment
+from reprobox.report.env_commands import Environment
 from reprobox.report.facts import Facts, issue_ref, versions_of
 from reprobox.report.files import log_dir
 from reprobox.report.machine_text import machine_table
@@ -58,7 +58,7 @@ class Builder(Facts):
             clean = [r.label for r in self.judged if r.verdict == Verdict.CLEAN]
             like = f", as with {names(clean)}" if clean else ""
             # a declared test decides, not the rule one launch is judged by
-            declared = repeated.describe(self._verdict(variant))
+            declared = repeat_verdict.describe(self._verdict(variant))
             text = (
                 f"The run is clean, {declared}{like}."
                 if declared

@@ -12,7 +12,7 @@ from packaging.version import InvalidVersion, Version
 from reprobox.core.errors import BadInput
 from reprobox.core.spec import Repro
 from reprobox.run.backend import Prepared
-from reprobox.run.environments import host_range
+from reprobox.run.installs import host_range
 
 HOST_RESULT_BY = "reprobox: the host's torch, checked before launching"
 

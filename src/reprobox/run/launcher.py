@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from reprobox.core import environ
+from reprobox.core import env_filter
 from reprobox.core.errors import LaunchError
 from reprobox.core.processes import signal_group
 from reprobox.core.scrub import Scrubber
@@ -50,7 +50,7 @@ from reprobox.run.guard import (
     sweep_stale_runs,
 )
 from reprobox.run.layout import launcher_argv
-from reprobox.run.logs import bound_logs, collect_rank_logs
+from reprobox.run.rank_logs import bound_logs, collect_rank_logs
 
 RUN_ID_ENV = watchdog.RUN_ID_ENV
 TERM_GRACE_S = 5.0
@@ -139,8 +139,8 @@ def one_process(plan: LaunchPlan, args: Sequence[str], log_name: str) -> LaunchP
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:
     """The environment of a process the harness starts in a repro's venv: the stack's own
-    set of the harness's variables (`environ.for_launch`: never its secrets) and `extra`."""
-    env = {**environ.for_launch(os.environ), **extra, "PYTHONUNBUFFERED": "1"}
+    set of the harness's variables (`env_filter.for_launch`: never its secrets) and `extra`."""
+    env = {**env_filter.for_launch(os.environ), **extra, "PYTHONUNBUFFERED": "1"}
     # Let the processes cache bytecode in the (harness-owned) venv: with
     # PYTHONDONTWRITEBYTECODE set, every rank of every launch recompiles torch & co.;
     # compiling whole envs at install instead costs ~10 s per env (too much for probes).

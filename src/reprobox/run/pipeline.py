@@ -25,17 +25,17 @@ from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record, RecordStore
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
-from reprobox.run import capabilities, host_check, machine, phases, repeats, resume
+from reprobox.run import capabilities, host_check, machine, phases, repeat_loop, resume
 from reprobox.run.backend import Backend, Case, LaunchRequest, Prepared
 from reprobox.run.capabilities import LaunchesConcurrently, LaunchesMany
 
-# What callers of the pipeline ask of locks and environments (run/environments.py).
-from reprobox.run.environments import ensure_env as ensure_env
-from reprobox.run.environments import env_inputs as env_inputs
-from reprobox.run.environments import lock_for as lock_for
-from reprobox.run.environments import lock_path as lock_path
-from reprobox.run.environments import lock_request as lock_request
-from reprobox.run.environments import resolve_sources as resolve_sources
+# What callers of the pipeline ask of locks and environments (run/installs.py).
+from reprobox.run.installs import ensure_env as ensure_env
+from reprobox.run.installs import env_inputs as env_inputs
+from reprobox.run.installs import lock_for as lock_for
+from reprobox.run.installs import lock_path as lock_path
+from reprobox.run.installs import lock_request as lock_request
+from reprobox.run.installs import resolve_sources as resolve_sources
 from reprobox.run.pending import (
     Pending,
     cannot_test,
@@ -110,7 +110,7 @@ def _run_cells(
                 _preflight(repro, item, backend, options, settings)
         ready = [item for item in pending if item.open]
         groups = _groups(repro, ready)
-        noisy = [g for g in groups if repeats.declared(repro, g[0].cell.variant)]
+        noisy = [g for g in groups if repeat_loop.declared(repro, g[0].cell.variant)]
         groups = [g for g in groups if g not in noisy]
         many = capabilities.many(backend) if len(groups) > 1 else None
         threads = capabilities.concurrent(backend) if options.workers > 1 else None
@@ -124,7 +124,7 @@ def _run_cells(
                     on_start([item.cell for item in group])
                 _launch_group(repro, group, backend, options)
                 finish(group, records, on_record)
-        for group in noisy:  # repeated launches, one cell at a time (run/repeats.py)
+        for group in noisy:  # repeated launches, one cell at a time (run/repeat_loop.py)
             if on_start is not None:
                 on_start([item.cell for item in group])
             _launch_group(repro, group, backend, options)
@@ -330,8 +330,8 @@ def _launch_group(
     with recording(group), phases.for_cells([item.cell.label for item in group]):
         lead = group[0]
         assert lead.prepared is not None
-        if repeats.declared(repro, lead.cell.variant):
-            repeats.run(
+        if repeat_loop.declared(repro, lead.cell.variant):
+            repeat_loop.run(
                 repro, lead.record, lead.prepared, request, backend, options.workers, judge_case,
                 options.only_launch,
             )  # fmt: skip
@@ -399,6 +399,8 @@ def _groups(repro: Repro, pending: list[Pending]) -> list[list[Pending]]:
         return [[item] for item in pending]
     groups: dict[Hashable, list[Pending]] = {}
     for item in pending:
-        alone = repeats.declared(repro, item.cell.variant)  # a noisy cell's launches are its own
+        alone = repeat_loop.declared(
+            repro, item.cell.variant
+        )  # a noisy cell's launches are its own
         groups.setdefault(id(item) if alone else launch_key(repro, item), []).append(item)
     return list(groups.values())

@@ -23,7 +23,7 @@ from reprobox.core.records import CellHistory, Record, RecordStore
 from reprobox.core.settings import Settings
 from reprobox.core.spec import Repro
 from reprobox.envs import venvs
-from reprobox.run.environments import env_inputs, lock_for
+from reprobox.run.installs import env_inputs, lock_for
 
 RESUMABLE = (Status.MATCH, Status.MISMATCH, Status.RECORDED)
 _NOT_CODE = ("locks", "__pycache__")

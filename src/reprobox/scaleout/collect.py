@@ -36,7 +36,7 @@ from reprobox.core.records import RECORD_FILE, Record, RecordStore
 from reprobox.core.spec import Repro
 from reprobox.run.backend import RESULT_FILE
 from reprobox.run.exits import last_error, launcher_exits
-from reprobox.run.logs import bound_logs
+from reprobox.run.rank_logs import bound_logs
 from reprobox.scaleout.k8s import CELL_FILE, EXIT_FILE, STARTED_KEY
 
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a log or result larger than this is not imported

@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from reprobox.core.spec import Repro, TruthSection
-from reprobox.run.environments import lock_path
+from reprobox.run.installs import lock_path
 
 WAKE_S = 0.2  # how soon the campaign's main thread handles a signal
 QuestionKind = Literal["verdicts", "bisect", "sweep", "attribution"]

@@ -41,11 +41,11 @@ from reprobox.run.backends.images import (
     push,
     stored,
 )
-from reprobox.run.environments import resolve_sources
 from reprobox.run.exits import last_error, launcher_exits
+from reprobox.run.installs import resolve_sources
 from reprobox.run.layout import CACHE, IN_IMAGE, OUT, case_out, container_argv
-from reprobox.run.logs import collect_rank_logs
 from reprobox.run.pushes import Pushed
+from reprobox.run.rank_logs import collect_rank_logs
 
 # What callers name here (the CLI, tests): the engine and the images.
 __all__ = [

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from reprobox.core import environ
+from reprobox.core import env_filter
 from reprobox.core.cells import Cell
 from reprobox.core.judge import Launched
 from reprobox.core.protocol import CACHE_ENV, PLAN_ENV, RESULT_ENV
@@ -22,8 +22,8 @@ from reprobox.run.backend import (
     Prepared,
     plan_text,
 )
-from reprobox.run.environments import ensure_env
 from reprobox.run.exits import last_error, launcher_exits, rank_exits
+from reprobox.run.installs import ensure_env
 
 
 def venv_of(handle: Handle) -> venvs.Env:
@@ -69,7 +69,7 @@ class VenvBackend:
             plan_file.write_text(plan_text(request, [str(c.result) for c in request.cases]))
             protocol, args = {PLAN_ENV: str(plan_file)}, []
         run_env = {
-            **environ.for_launch(os.environ, spec.pass_env),  # never the harness's secrets
+            **env_filter.for_launch(os.environ, spec.pass_env),  # never the harness's secrets
             CACHE_ENV: cache,
             **spec.env,
             **protocol,

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from reprobox.cli import ui
 from reprobox.cli.columns import justify, markdown_table, one_line, plain_table
-from reprobox.core import repeated
+from reprobox.core import repeat_verdict
 from reprobox.core.judge import Status
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
@@ -61,7 +61,7 @@ def verdict_rows(records: Iterable[Record]) -> list[tuple[str, ...]]:
             f"{name}={_fmt(record.metrics.get(name))}" for name in record.decided_by
         )
         if record.stat is not None:  # repeated launches: mean ± CI (n=...), not one number
-            decided = repeated.summary(record.stat)
+            decided = repeat_verdict.summary(record.stat)
         rows.append(
             (
                 record.repro,

@@ -3,7 +3,7 @@ with a fresh seed, until the stated test decides or the launches allowed are spe
 
 Every launch gets `REPRO_SEED` (the first launch's seed plus its index: `[verdict] seed`, else
 drawn once per cell and recorded) and `REPRO_REPEAT` (its index from 0), its own folder
-(`repeat-NNN/` under the cell's run folder), and the one judge; `core.repeated` turns the
+(`repeat-NNN/` under the cell's run folder), and the one judge; `core.repeat_verdict` turns the
 judgements into the cell's one. On a back end that runs launches apart (`concurrent`) with
 `--workers K`, K launches run at once. A repro without `repeats` never comes here: it runs
 exactly one launch, as always. A flaky bisect's probe (`only`) is one launch of the cell, the
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from reprobox.core import repeated
+from reprobox.core import repeat_verdict
 from reprobox.core.judge import Judgement, Launched
 from reprobox.core.protocol import Verdict
 from reprobox.core.records import Record
@@ -106,10 +106,12 @@ def run(
     wall = 0.0
     try:
         while True:
-            top = repeated.most(section)
+            top = repeat_verdict.most(section)
             sprt = section.test == "sprt"
             stop = (
-                min(len(judged) + width, top) if sprt else repeated.next_look(section, len(judged))
+                min(len(judged) + width, top)
+                if sprt
+                else repeat_verdict.next_look(section, len(judged))
             )
             while len(judged) < stop:
                 for _, judgement, launched, sample in launches(
@@ -121,8 +123,8 @@ def run(
                 record.samples = list(samples)  # kept if an interrupt ends the cell
                 if any(j.verdict in (None, Verdict.CANNOT_TEST) for j in judged):
                     break  # an error or cannot-test ends the cell
-            verdict = repeated.aggregate(section, cell.expect, cell.also_ok, judged, samples)
-            if repeated.decided(verdict) or len(judged) >= top:
+            verdict = repeat_verdict.aggregate(section, cell.expect, cell.also_ok, judged, samples)
+            if repeat_verdict.decided(verdict) or len(judged) >= top:
                 break
     finally:
         if pool is not None:

@@ -25,8 +25,8 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from reprobox.core.records import Record
-from reprobox.report.env_text import trim_stack_report
-from reprobox.report.scrub import looks_secret
+from reprobox.core.scrub import looks_secret
+from reprobox.report.env_trim import trim_stack_report
 
 # (package, command, words) of the stack's own reports, in the order a comment shows them.
 STACK_REPORTS: list[tuple[str, list[list[str]]]] = [
