@@ -79,7 +79,8 @@ def corpus_problems(root: Path, name: str) -> list[str]:
         elif not must_be_broken and broken_range(release):
             problems.append(f"variant 'fixed' pins {package} {release}, inside the bad range")
         elif not must_be_broken and not (
-            release <= Version(truth.last_good) or (fixed_from and release >= fixed_from)
+            (truth.last_good and release <= Version(truth.last_good))
+            or (fixed_from and release >= fixed_from)
         ):
             problems.append(f"variant 'fixed' pins {package} {release}, between the edges")
     readme = repro.dir / "README.md"

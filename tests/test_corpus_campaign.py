@@ -76,6 +76,10 @@ def test_the_questions_come_from_the_truth_and_a_bisect_range_that_holds_the_edg
         ("sweep", _swept([{"introduced": "1.2.0"}]), "wrong"),  # no fix seen
         ("sweep", _swept([], untested=["1.2.0"]), "refused"),
         ("sweep", _swept([]), "wrong"),
+        # the edges right, but the introduction only "at or before" (the range began at it):
+        # the truth's last good release was never seen clean
+        ("sweep", _swept([{"introduced": "1.2.0", "bound": True}, {"fixed": "1.4.0"}]),
+         "refused"),
         # a document of version 1 kept the map at the summary's top level
         ("sweep", _search("mapped", events=[{"introduced": "1.2.0"}, {"fixed": "1.4.0"}]),
          "right"),
@@ -96,6 +100,49 @@ def test_each_answer_is_graded_against_the_truth(
     question = next(q for q in corpus.questions(_repro(scratch_root)) if q.kind == kind)
     answer = corpus.grade(question, _reply(data, code=0 if grade == "right" else 1))
     assert answer.grade == grade, answer
+
+
+BORN_WITH_ITS_FEATURE = TRUTH.replace('last_good = "1.1.0"\n', "")
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "grade"),
+    [
+        ("bisect", _search("found", first="1.4.0"), "right"),  # the fixing edge
+        ("bisect", _search("found", first="1.2.0"), "wrong"),
+        ("bisect", _search("found", first="1.3.0"), "wrong"),
+        ("bisect", _search("no-change"), "wrong"),
+        ("bisect", _search("undecided"), "refused"),
+        # nothing before 1.2.0 can run the check: "at or before" is all there is to see
+        ("sweep", _swept([{"introduced": "1.2.0", "bound": True}, {"fixed": "1.4.0"}]),
+         "right"),
+        ("sweep", _swept([{"introduced": "1.2.0"}, {"fixed": "1.4.0", "bound": True}]),
+         "refused"),
+        ("sweep", _swept([{"introduced": "1.2.0", "bound": True}]), "wrong"),
+    ],
+)  # fmt: skip
+def test_a_bug_born_with_its_feature_is_asked_its_fixing_edge(
+    scratch_root: Path, kind: str, data: Any, grade: str
+) -> None:
+    toml = repro_toml(title="t", pins=("torch==2.13.0", "flagpkg==1.2.0")) + BORN_WITH_ITS_FEATURE
+    write_repro(scratch_root, "case", toml)
+    asked = corpus.questions(spec.load(scratch_root, "case"))
+    assert [q.kind for q in asked] == ["verdicts", "bisect", "sweep"]
+    assert asked[1].args[-5:] == ("--good", "1.4.0", "--bad", "1.2.0", "--json")
+    assert asked[2].args[-3:] == ("--range", ">=1.2.0,<=1.4.0", "--json")
+    question = next(q for q in asked if q.kind == kind)
+    assert corpus.grade(question, _reply(data)).grade == grade
+
+
+def test_a_bug_born_with_its_feature_and_never_fixed_has_no_bisect_to_ask(
+    scratch_root: Path,
+) -> None:
+    truth = BORN_WITH_ITS_FEATURE.replace('first_fixed = "1.4.0"\n', "")
+    toml = repro_toml(title="t", pins=("torch==2.13.0", "flagpkg==1.2.0")) + truth
+    write_repro(scratch_root, "case", toml)
+    bisect = corpus.questions(spec.load(scratch_root, "case"))[1]
+    assert bisect.unasked and not bisect.args
+    assert corpus.grade(bisect, _reply(None, code=2)).grade == "refused"
 
 
 def test_the_table_counts_wrong_answers_apart_and_the_cases_run_k_at_once(

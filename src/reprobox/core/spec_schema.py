@@ -228,7 +228,9 @@ class TruthSection(_Section):
     corpus repro's answer key (`nox -s corpus` holds reprobox's answers against it)."""
 
     package: str = Field(min_length=1)  # the package whose releases hold the edges
-    last_good: str
+    # None: the bug was born with the feature it breaks, so no earlier release can run the
+    # check (it cannot test there); then only the fix edge is a question
+    last_good: str | None = None
     first_bad: str
     first_fixed: str | None = None  # None: not fixed in any release yet
     # the package the user reported the bug against, when the culprit is another one

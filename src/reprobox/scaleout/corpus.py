@@ -45,6 +45,9 @@ class Question:
     args: tuple[str, ...]  # the `reprobox` arguments, `--json` included
     truth: TruthSection
     unasked: str = ""  # why it cannot be asked (a refusal without a run)
+    # which edge a bisect is asked for: where the bug came, or (a bug born with its feature,
+    # no last good release) where it went
+    edge: Literal["breaking", "fixing"] = "breaking"
 
 
 @dataclass(frozen=True)
@@ -76,21 +79,35 @@ Ask = Callable[[Sequence[str]], Reply]
 def questions(repro: Repro) -> list[Question]:
     """What the repro's truth answers: its default verdicts, a release bisect over a range
     holding the breaking edge (the `[bisect]` range when it is over the truth's package,
-    else last good .. first bad), and a sweep over both edges."""
+    else last good .. first bad), and a sweep over both edges. A bug born with its feature
+    (no last good release) is asked the fixing edge instead (first fixed .. first bad)."""
     truth = repro.spec.truth
     if truth is None:
         return []
     name = repro.name
     section = repro.spec.bisect
-    good, bad, variant = truth.last_good, truth.first_bad, _broken(repro)
+    variant = _broken(repro)
     if section is not None and section.package == truth.package:
         variant = section.variant
+    searched = ("--package", truth.package, "--variant", variant)
+    upper = truth.first_fixed or truth.first_bad
+    verdicts = Question(name, "verdicts", ("run", name, "--resume", "--json"), truth)
+    if truth.last_good is None:
+        sweep = ("sweep", name, *searched, "--range", f">={truth.first_bad},<={upper}", "--json")
+        if truth.first_fixed is None:
+            why = "born with its feature and never fixed: no edge a release bisect can find"
+            bisect = Question(name, "bisect", (), truth, unasked=why)
+        else:
+            fixing = ("--good", truth.first_fixed, "--bad", truth.first_bad)
+            bisect = Question(name, "bisect", ("bisect", name, *searched, *fixing, "--json"),
+                              truth, edge="fixing")  # fmt: skip
+        return [verdicts, bisect, Question(name, "sweep", sweep, truth)]
+    good, bad = truth.last_good, truth.first_bad
+    if section is not None and section.package == truth.package:
         if section.good and section.bad and _holds_edge(section.good, section.bad, truth):
             good, bad = section.good, section.bad
-    searched = ("--package", truth.package, "--variant", variant)
-    upper = truth.first_fixed or bad
     return [
-        Question(name, "verdicts", ("run", name, "--resume", "--json"), truth),
+        verdicts,
         Question(name, "bisect", ("bisect", name, *searched, "--good", good, "--bad", bad,
                                   "--json"), truth),
         Question(name, "sweep", ("sweep", name, *searched, "--range", f">={good},<={upper}",
@@ -102,7 +119,10 @@ def questions(repro: Repro) -> list[Question]:
 def _attribution(repro: Repro, variant: str, truth: TruthSection) -> Question:
     """`attribute` from the lock of a variant pinning the culprit at its last good release
     to the lock of one pinning it at its first bad (the first such variants, on cpu)."""
-    ends = [_pinned_at(repro, truth.package, v) for v in (truth.last_good, truth.first_bad)]
+    ends = [
+        _pinned_at(repro, truth.package, v) if v else None
+        for v in (truth.last_good, truth.first_bad)
+    ]
     if None in ends:
         why = (
             f"no two variants pin {truth.package} at {truth.last_good} and {truth.first_bad} "
@@ -133,6 +153,8 @@ def _pinned_at(repro: Repro, package: str, version: str) -> str | None:
 
 def _holds_edge(good: str, bad: str, truth: TruthSection) -> bool:
     """Whether good .. bad holds the breaking edge and no fix (one answer is right)."""
+    if truth.last_good is None:
+        return False
     first_bad = Version(truth.first_bad)
     fixed = Version(truth.first_fixed) if truth.first_fixed else None
     return (
@@ -259,14 +281,18 @@ def _grade_search(question: Question, data: Any, reply: Reply) -> Answer:
     status = summary.get("status")
     truth = question.truth
     if question.kind == "bisect":
+        edge = truth.first_fixed if question.edge == "fixing" else truth.first_bad
         if status == "found":
             first = summary.get("first")
-            if first == truth.first_bad:
-                return _answer(question, "right", line, f"first bad {first}", runs, reply)
-            why = f"named {first}, the truth is {truth.first_bad}"
+            if first == edge:
+                why = f"{question.edge} edge {first}"
+                return _answer(question, "right", line, why, runs, reply)
+            why = f"named {first}, the truth is {edge}"
             return _answer(question, "wrong", line, why, runs, reply)
         if status == "no-change":
             why = f"no change claimed; the truth: {truth.last_good} -> {truth.first_bad}"
+            if question.edge == "fixing":
+                why = f"no change claimed; the truth: fixed in {truth.first_fixed}"
             return _answer(question, "wrong", line, why, runs, reply)
         return _answer(question, "refused", line, f"status {status}", runs, reply)
     if status != "mapped":
@@ -283,8 +309,19 @@ def _grade_search(question: Question, data: Any, reply: Reply) -> Answer:
         "introduced": [truth.first_bad],
         "fixed": [truth.first_fixed] * bool(truth.first_fixed),
     }
-    if events == expected:
+    # an edge the range cannot see past ("at or before": untested before it) is a fact only
+    # where the truth has nothing before it either (a bug born with its feature)
+    unseen = [
+        f"{kind} {e[kind]}"
+        for e in found
+        for kind in ("introduced", "fixed")
+        if e.get(kind) and e.get("bound") and not (kind == "introduced" and not truth.last_good)
+    ]
+    if events == expected and not unseen:
         return _answer(question, "right", line, f"events {events}", runs, reply)
+    if events == expected:
+        why = f"events {events}, but {', '.join(unseen)} only as a bound"
+        return _answer(question, "refused", line, why, runs, reply)
     if the_map.get("untested"):  # ranges with holes: nothing claimed about those releases
         why = f"events {events} with untested {the_map.get('untested')}"
         return _answer(question, "refused", line, why, runs, reply)
