@@ -60,7 +60,7 @@ def test_every_flag_options_defines_is_parsed_as_defined() -> None:
             assert action.dest == (option.dest or option.name), (command, flag)
     platform = {command for command, _ in _flags()["--platform"]}
     assert platform == {"run", "verdict", "image", "bisect", "sweep", "bundle", "wheelhouse",
-                        "k8s"}  # fmt: skip
+                        "k8s", "attribute"}  # fmt: skip
     for _, action in _flags()["--platform"]:
         assert (action.default, tuple(action.choices or ())) == ("cpu", ("cpu", "gpu"))
 

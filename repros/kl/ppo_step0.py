@@ -742,6 +742,13 @@ def main(argv=None) -> None:
         finish("cannot_test", result)
     result["generation"] = pre["generation"]
     if args.preflight:
+        # The tiny model is built here (once; cached on disk), in one plain process with its
+        # own timeout, so the ranks only load it: a first build on a loaded 2-core host took
+        # longer than a launch's whole timeout while the other rank waited on its lock.
+        if not args.hub:
+            from common import model_path
+
+            model_path(args, log)
         sys.exit(0)
 
     try:

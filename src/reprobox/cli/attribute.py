@@ -38,14 +38,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--to", dest="end", required=True, metavar="LOCK|FREEZE|DAY",
         help="the second environment, as --from",
     )  # fmt: skip
-    parser.add_argument(
-        "--float",
-        action="append",
-        default=[],
-        metavar="PKG",
-        help="a day's end: resolve this package as of that day (repeatable; default: "
-        "[bisect] float, else its package)",
-    )
+    options.add(parser, "float")
     options.add(parser, "variant", "log", "platform", "timeout", "confirm")
     options.add(parser, *options.BACKEND, "json")
     parser.set_defaults(handler=cmd_attribute, packages=[], editables=[])

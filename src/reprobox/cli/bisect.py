@@ -41,13 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     bisect.add_argument(
         "--by-date", metavar="START..END", help="bisect over days (UTC) instead of releases"
     )
-    bisect.add_argument(
-        "--float",
-        action="append",
-        default=[],
-        metavar="PKG",
-        help="by date: resolve this package as of each day (repeatable)",
-    )
+    options.add(bisect, "float")
     bisect.add_argument(
         "--commits",
         action="store_true",

@@ -306,6 +306,15 @@ OPTIONS: dict[str, Option] = {
         ),
         Option("log", ("--log",), "probe log (default: derived from arguments)", type=Path),
         Option(
+            "float",
+            ("--float",),
+            "by date (a date bisect, or an attribution's day end): resolve this package as "
+            "of each day (repeatable; default: [bisect] float, else the package searched)",
+            default=[],
+            action="append",
+            metavar="PKG",
+        ),
+        Option(
             "confirm",
             ("--confirm",),
             "re-run each boundary probe N more times to catch flakiness (default 2: a noisy "
@@ -404,8 +413,9 @@ def add(parser: argparse.ArgumentParser, *names: str) -> None:
 
 # Flags several commands spell alike for different things, so each command defines its own:
 # --out/-o (a report folder, a bundle folder, a JSON file, a YAML file), --memory (a
-# container's bound, 16g; a pod's, 32Gi), --dry-run (print the comment; print the plan).
-PER_COMMAND = frozenset({"--out", "-o", "--memory", "--dry-run"})
+# container's bound, 16g; a pod's, 32Gi), --dry-run (print the comment; print the plan),
+# --from (new's script to wrap; attribute's first environment).
+PER_COMMAND = frozenset({"--out", "-o", "--memory", "--dry-run", "--from"})
 
 CELL = ("variant", "packages", "editables", "param", "platform", "timeout")
 SLURM_ONLY = ("partition", "gres", "time", "container_image", "container_mounts", "nodes")
