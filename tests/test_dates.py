@@ -19,11 +19,21 @@ import pytest
 from bisect_fakes import C, FakeIndex, R, hist_target
 from packaging.version import Version
 
-from reprobox.bisect.dates import ChangeSet, DateItem, cutoff, date_bisect, released_on
+from fakes import repro_toml, write_repro
+from reprobox.bisect.dates import (
+    ChangeSet,
+    DateItem,
+    as_of_request,
+    cutoff,
+    date_bisect,
+    released_on,
+)
 from reprobox.bisect.prober import Outcome, Probes
 from reprobox.bisect.summary import DateDetails
+from reprobox.core import spec
 from reprobox.envs import locks
 from reprobox.envs.index import Release
+from reprobox.run.installs import lock_request
 
 ACCELERATE = [
     Release(Version("0.23.0"), uploaded=datetime(2023, 9, 22, 10, 0, tzinfo=UTC)),
@@ -126,3 +136,23 @@ def test_cutoffs_and_uploads_are_utc_instants(host_zone: str) -> None:
     assert released_on(INDEX, ["accelerate"], date(2023, 10, 25)) == []
     naive = FakeIndex({"trl": [Release(Version("0.7.2"), uploaded=datetime(2023, 10, 12, 13, 9))]})
     assert released_on(naive, ["trl"], date(2023, 10, 12)) == ["trl 0.7.2 at 2023-10-12 13:09 UTC"]
+
+
+def test_a_release_asked_for_by_name_passes_the_repros_cutoff(scratch_root: Path) -> None:
+    """`--with transformers==V` (the canary's newest release) resolves even when V was
+    uploaded after `[env] exclude_newer`, which freezes only what the repro leaves unpinned;
+    the committed locks' requests (no override) are unchanged, and a date bisect's floated
+    packages keep their own day beside it."""
+    toml = repro_toml(title="t", pins=("torch==2.13.0", "flagpkg==1.2.0"))
+    toml = toml.replace("[env]\n", '[env]\nexclude_newer = "2026-11-29"\n', 1)
+    write_repro(scratch_root, "case", toml)
+    repro = spec.load(scratch_root, "case")
+    plain = lock_request(repro, "broken", "cpu")
+    assert plain.exclude_newer == "2026-11-29" and plain.exclude_newer_packages == ()
+    asked = lock_request(repro, "broken", "cpu", {"flagpkg": "9.0.0"})
+    assert asked.exclude_newer_packages == (("flagpkg", locks.NO_CUTOFF),)
+    assert "flagpkg==9.0.0" in asked.requirements and asked.input_hash != plain.input_hash
+    day = as_of_request(asked, {"torch"}, date(2026, 1, 5))
+    assert dict(day.exclude_newer_packages) == {
+        "flagpkg": locks.NO_CUTOFF, "torch": cutoff(date(2026, 1, 5))
+    }  # fmt: skip

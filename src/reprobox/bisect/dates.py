@@ -76,10 +76,11 @@ def as_of_request(
         name = canonicalize_name(Requirement(pin).name)
         requirements.append(name if name in floated else pin)
     instant = cutoff(day)
+    kept = [(n, d) for n, d in repro_request.exclude_newer_packages if n not in floated]
     return dataclasses.replace(
         repro_request,
         requirements=tuple(requirements),
-        exclude_newer_packages=tuple((name, instant) for name in sorted(floated)),
+        exclude_newer_packages=tuple(sorted([*kept, *((n, instant) for n in floated)])),
     )
 
 

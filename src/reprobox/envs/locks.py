@@ -33,6 +33,9 @@ LOCK_HEADER = "# reprobox-lock input="
 _HEADER = re.compile(r"# reprobox-lock input=(?P<input>\S+)(?: body=(?P<body>[0-9a-f]{64}))?\s*")
 # Locks target Linux x86-64 so a lock regenerates the same anywhere (the images run there too).
 PLATFORM_TAGS = {"cpu": "x86_64-manylinux_2_28", "gpu": "x86_64-manylinux_2_28"}
+# An `exclude_newer_packages` date past any upload: that package's cut-off lifted (uv takes
+# no "none"; a year above 9999 is refused).
+NO_CUTOFF = "9000-01-01"
 
 
 @dataclass(frozen=True)

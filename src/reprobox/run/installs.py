@@ -29,11 +29,15 @@ def lock_request(
     wheel (`name @ file:///...whl`, see `resolve_sources`)."""
     versions = {k: v for k, v in (overrides or {}).items() if not is_source(v)}
     wheels = [f"{k} @ {v}" for k, v in (overrides or {}).items() if is_source(v)]
+    cutoff = repro.spec.env.exclude_newer
     return locks.LockRequest(
         requirements=tuple(merge_pins(repro.requirements(variant, platform, versions), wheels)),
         python=repro.python(platform),
         platform=platform,
-        exclude_newer=repro.spec.env.exclude_newer,
+        exclude_newer=cutoff,
+        # a release asked for by name is installable whatever its upload date: the cut-off
+        # freezes what the repro leaves unpinned (the canary asks for the newest release)
+        exclude_newer_packages=tuple((k, locks.NO_CUTOFF) for k in sorted(versions) if cutoff),
     )
 
 
