@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,17 +46,14 @@ def xdist_group_of(item: pytest.Item) -> str | None:
     """The worker group an item must share, or None to let any worker take it.
 
     Container tests share one group: they build and remove images and containers that one
-    engine holds for the whole machine. A test using a module- or session-scoped fixture that
-    its own module defines (a Slurm cluster, a built git history, a host venv) runs beside the
-    rest of its module, so that fixture is built once and never twice at the same time."""
+    engine holds for the whole machine. A module whose module- or session-scoped fixture (a
+    Slurm cluster, a built git history, a host venv) must be built once, never twice at the
+    same time, declares its own group (`pytest.mark.xdist_group("tests/test_NAME.py")` in its
+    `pytestmark`; `tests/test_suite_groups.py` checks that each such module does)."""
     if item.get_closest_marker("container") is not None:
         return "container"
-    module = item.nodeid.split("::", 1)[0]
-    fixtureinfo = getattr(item, "_fixtureinfo", None)
-    for defs in fixtureinfo.name2fixturedefs.values() if fixtureinfo else ():
-        if any(d.scope in ("module", "session") and d.baseid == module for d in defs):
-            return module
-    return None
+    mark = item.get_closest_marker("xdist_group")
+    return None if mark is None else str(mark.args[0] if mark.args else mark.kwargs["name"])
 
 
 def schedule_rank(item: pytest.Item, group: str | None) -> tuple[int, int, int]:
@@ -70,45 +67,24 @@ def schedule_rank(item: pytest.Item, group: str | None) -> tuple[int, int, int]:
     return (0 if group in WAITING else 1, marked[0] if marked else len(TIERS), longest)
 
 
-@pytest.hookimpl(wrapper=True)  # around xdist's own hook, which reads the groups into the ids
-def pytest_collection_modifyitems(
-    config: pytest.Config, items: list[pytest.Item]
-) -> Generator[None, None, None]:
-    """Under xdist: give every item its group, and start the waiting groups, then the slow
-    and end-to-end tests first so that no long test is left to run alone at the end. A plain
-    run keeps file order. The items xdist schedules are its workers' collections; a worker's
-    own option says dist "no" (xdist resets it there), so its `loadgroup` option is what tells
-    a worker of a grouped run. Each grouped id ends in `@GROUP`, which is what xdist's
-    scheduler groups by; xdist's own hook left the ids bare here, so every group was split
-    across the workers (a Slurm cluster started per worker, container tests side by side)."""
-    worker_of_a_grouped_run = getattr(config.option, "loadgroup", False)
-    groups: dict[str, str] = {}
-    if getattr(config.option, "dist", "no") != "no" or worker_of_a_grouped_run:
-        ranks = {}
-        for item in items:
-            group = xdist_group_of(item)
-            if group is not None:
-                item.add_marker(pytest.mark.xdist_group(group))
-                groups[item.nodeid] = group
-            ranks[item.nodeid] = schedule_rank(item, group)
-        items.sort(key=lambda item: ranks[item.nodeid])
-    result = yield
-    for item in items if worker_of_a_grouped_run else ():
-        group = groups.get(item.nodeid)
-        if group is not None and not item.nodeid.endswith(f"@{group}"):
-            _set_nodeid(item, f"{item.nodeid}@{group}")
-    return result
-
-
-def _set_nodeid(item: pytest.Item, nodeid: str) -> None:
-    """What xdist's own hook does (`item._nodeid = ...`), for pytest 9, whose ids are
-    structured (`item._id`) and ignore `_nodeid`."""
-    if hasattr(item, "_id"):
-        from _pytest.nodeid import NodeId
-
-        item._id = NodeId.parse(nodeid)
-    else:
-        item._nodeid = nodeid
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which writes the groups into the ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist: put the container tests in one group, and start the waiting groups, then
+    the slow and end-to-end tests first so that no long test is left to run alone at the end.
+    A plain run keeps file order. The items xdist schedules are its workers' collections; a
+    worker's own option says dist "no" (xdist resets it there), so its `loadgroup` option is
+    what tells a worker of a grouped run. xdist's hook then ends each grouped id in `@GROUP`,
+    which its scheduler groups by. That hook works up to pytest 8.4; on pytest 9's structured
+    ids it writes nothing (pytest-xdist#1386, open), which is why pytest is pinned to 8.4."""
+    grouped_worker = getattr(config.option, "loadgroup", False)
+    if getattr(config.option, "dist", "no") == "no" and not grouped_worker:
+        return
+    ranks = {}
+    for item in items:
+        if item.get_closest_marker("container") is not None:
+            item.add_marker(pytest.mark.xdist_group("container"))
+        ranks[item.nodeid] = schedule_rank(item, xdist_group_of(item))
+    items.sort(key=lambda item: ranks[item.nodeid])
 
 
 @pytest.fixture

@@ -17,7 +17,8 @@ from wheel_index import WheelIndex, write_wheel
 from conftest import reprobox
 from reprobox.core.errors import ExitCode
 
-pytestmark = pytest.mark.e2e
+# its module-scoped fixture is built once: all of it on one worker
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("tests/test_attribute_e2e.py")]
 
 FLIP, OTHER = "reprobox-flip", "reprobox-bystander"
 FLIP_VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]  # reproduces from 1.2.0 on

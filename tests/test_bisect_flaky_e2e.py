@@ -27,7 +27,8 @@ from conftest import reprobox
 from reprobox.bisect.summary import BisectSummary, read_summary
 from reprobox.envs.uv import uv_bin
 
-pytestmark = pytest.mark.e2e
+# its module-scoped fixture is built once: all of it on one worker
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("tests/test_bisect_flaky_e2e.py")]
 
 PACKAGE = "reprobox-noisypkg"
 VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0"]  # GATE on from 1.3.0

@@ -25,7 +25,8 @@ from wheel_index import WheelIndex, write_wheel
 from conftest import reprobox
 from reprobox.bisect.summary import BisectSummary, read_summary
 
-pytestmark = pytest.mark.e2e
+# its module-scoped fixture is built once: all of it on one worker
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("tests/test_bisect_metric_e2e.py")]
 
 PACKAGE = "reprobox-drift"
 HALF = "reprobox-drift-half"  # the same, the mean rising by half a sd (the nightly test)

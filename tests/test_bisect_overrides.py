@@ -32,6 +32,9 @@ from reprobox.envs.index import Release
 from reprobox.envs.uv import uv_bin
 from reprobox.run import pipeline
 
+# its module-scoped fixture is built once: all of it on one worker
+pytestmark = pytest.mark.xdist_group("tests/test_bisect_overrides.py")
+
 GATE = "reprobox-gatepkg"
 GATE_VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]  # GATE on from 1.2.0
 

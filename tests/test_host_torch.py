@@ -26,6 +26,9 @@ from reprobox.envs import locks, torch_source, venvs
 from reprobox.envs.uv import uv_bin
 from reprobox.report import env_commands
 
+# its module-scoped fixture is built once: all of it on one worker
+pytestmark = pytest.mark.xdist_group("tests/test_host_torch.py")
+
 HOST_TORCH = "2.13.0+cpu"
 
 

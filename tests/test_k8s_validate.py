@@ -27,6 +27,9 @@ from reprobox.run.backends import container
 from reprobox.run.pipeline import lock_path
 from reprobox.scaleout import jobs, k8s
 
+# its module-scoped fixture is built once: all of it on one worker
+pytestmark = pytest.mark.xdist_group("tests/test_k8s_validate.py")
+
 
 @pytest.fixture
 def ppo_root(scratch_root: Path) -> Path:

@@ -28,6 +28,9 @@ from reprobox.core.errors import BadInput, ExitCode
 from reprobox.run import launcher, multinode
 from reprobox.run.backends import detached, heartbeat, slurm_nodes, slurmjob
 
+# its module-scoped fixture is built once: all of it on one worker
+pytestmark = pytest.mark.xdist_group("tests/test_multinode.py")
+
 NODES = ("n1", "n2")
 
 

@@ -26,7 +26,8 @@ from wheel_index import WheelIndex
 from conftest import reprobox
 from reprobox.core.errors import ExitCode
 
-pytestmark = pytest.mark.e2e
+# its module-scoped fixture is built once: all of it on one worker
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("tests/test_progress_e2e.py")]
 
 NAP_TOML = """\
 [repro]

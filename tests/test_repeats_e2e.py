@@ -29,7 +29,8 @@ from wheel_index import WheelIndex, write_wheel
 from conftest import FIXTURES, reprobox
 from reprobox.core.errors import ExitCode
 
-pytestmark = pytest.mark.e2e
+# its module-scoped fixture is built once: all of it on one worker
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("tests/test_repeats_e2e.py")]
 
 COIN = '''"""A coin for the statistical-verdict fixture."""
 import random

@@ -33,6 +33,9 @@ from reprobox.run import launcher
 from reprobox.run.backend import Case, LaunchRequest
 from reprobox.run.backends import detached, heartbeat, slurm, slurmjob
 
+# its module-scoped fixture is built once: all of it on one worker
+pytestmark = pytest.mark.xdist_group("tests/test_slurm.py")
+
 NODE = socket.gethostname().split(".")[0]
 
 
