@@ -137,6 +137,7 @@ def test_a_lock_that_does_not_match_its_hash_never_builds(
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # see docs/testing.md, "The nightly tier"
 def test_kl_image_reaches_the_venv_verdicts(
     engine: images.Engine,
     tmp_path: Path,

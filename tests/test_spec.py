@@ -149,6 +149,13 @@ def test_variant_pins_replace_base_pins_by_package(scratch_root: Path) -> None:
          "unknown field (did you mean 'expect'?)"),
         (("[verdict]", "[verdcit]"), "verdcit", "unknown field (did you mean 'verdict'?)"),
         (("timeout = 10", "timeout = 10\nzzz = 1"), "launch.zzz", "unknown field"),
+        # a warm start is the python launcher's, and names modules
+        (("timeout = 10", 'timeout = 10\nfork = ["torch"]'), "launch.fork",
+         "only the python launcher forks its ranks, not torchrun"),
+        (('expect = "reproduced"', 'expect = "reproduced"\nlaunch = { fork = ["torch"] }'),
+         "variants.broken.launch.fork", "only the python launcher forks its ranks"),
+        (("timeout = 10", 'timeout = 10\nfork = ["os; rm -rf"]'), "launch.fork.0",
+         "should match pattern"),
     ],
 )  # fmt: skip
 def test_hostile_and_mistyped_input_is_refused(

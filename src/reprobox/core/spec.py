@@ -303,6 +303,8 @@ def check_semantics(repro: Repro, shown: str) -> None:
                 fail(f"{where}.fix", f"fix module {variant.fix!r} not found in fixes/")
         if variant.launch is not None:
             _check_launch(repro, repro.launch(name), f"{where}.launch", fail)
+            if variant.launch.fork and repro.launch(name).launcher != "python":
+                fail(f"{where}.launch.fork", "only the python launcher forks its ranks")
         for index, wanted in enumerate(variant.platforms or []):
             if wanted != "cpu" and wanted not in spec.platforms:
                 fail(f"{where}.platforms[{index}]", f"no platform {wanted!r} in [platforms]")
@@ -359,6 +361,10 @@ def _check_repeats(verdict: VerdictSection, where: str, fail: Fail) -> None:
 
 
 def _check_launch(repro: Repro, launch: LaunchSection, where: str, fail: Fail) -> None:
+    if launch.fork and launch.launcher != "python" and where == "launch":
+        # torchrun forks with its own `--start_method fork`; accelerate has no such start.
+        # A variant that only changes the launcher leaves the repro's `fork` unused.
+        fail(f"{where}.fork", f"only the python launcher forks its ranks, not {launch.launcher}")
     if launch.config is not None:
         if launch.launcher != "accelerate":
             fail(f"{where}.config", "only the accelerate launcher takes a config file")

@@ -25,6 +25,7 @@ Processes = Annotated[int, Field(ge=1, le=MAX_PROCESSES, strict=True)]
 Nodes = Annotated[int, Field(ge=1, le=MAX_NODES, strict=True)]
 Seconds = Annotated[float, Field(gt=0, strict=True, allow_inf_nan=False)]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+ModuleName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")]
 
 
 class _Section(BaseModel):
@@ -63,6 +64,9 @@ class LaunchSection(_Section):
     pass_env: list[EnvName] = []
     # Nodes of one launch (Slurm: one task per node); `processes` is ranks per node.
     nodes: Nodes = 1
+    # The python launcher's warm start: these modules are imported once, then the ranks
+    # are forked from that interpreter (repros/README.md, "Warm start"); empty: cold ranks.
+    fork: list[ModuleName] = []
 
 
 class LaunchOverride(_Section):
@@ -77,6 +81,7 @@ class LaunchOverride(_Section):
     preflight: list[str] | None = None
     pass_env: list[EnvName] | None = None
     nodes: Nodes | None = None
+    fork: list[ModuleName] | None = None
 
 
 class EnvSection(_Section):

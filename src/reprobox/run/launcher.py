@@ -24,6 +24,7 @@ nox has no timeouts, so this module owns them, and it makes sure nothing outlive
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -41,7 +42,7 @@ from reprobox.core.processes import signal_group
 from reprobox.core.scrub import Scrubber
 from reprobox.core.spec import check_timeout
 from reprobox.core.spec_rules import refuse_nodes
-from reprobox.run import interrupts, multinode, phases, sitehook, watchdog
+from reprobox.run import interrupts, multinode, phases, sitehook, watchdog, zygote
 from reprobox.run.guard import (
     PR_SET_CHILD_SUBREAPER,
     PR_SET_PDEATHSIG,
@@ -90,6 +91,9 @@ class LaunchPlan:
     node_rank: int = 0
     master_addr: str = ""  # the rendezvous host; "" is this machine (one node)
     rdzv_id: str = ""
+    # The plain launcher's warm start: modules imported once before the ranks are forked
+    # (run.zygote); empty, each rank is a fresh interpreter. argv() stays the cold command.
+    fork: tuple[str, ...] = ()
 
     def argv(self) -> list[str]:
         """The command line a person would type (also what the report quotes)."""
@@ -134,6 +138,7 @@ def one_process(plan: LaunchPlan, args: Sequence[str], log_name: str) -> LaunchP
         rank_logs=False,
         log_name=log_name,
         nodes=1,
+        fork=(),
     )
 
 
@@ -187,8 +192,8 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
                 if timed_out or not finished:
                     _terminate(procs)
                 orphans = guard.close(procs)
-    codes = [p.returncode for p in procs]
-    returncode = None if timed_out else _combined_code(codes)
+    codes = _rank_codes(plan, procs)
+    returncode = None if timed_out else zygote.combined_code(codes)
     return LaunchOutcome(
         returncode=returncode,
         codes=tuple(codes),
@@ -199,6 +204,23 @@ def run(plan: LaunchPlan, echo: TextIO | None = None) -> LaunchOutcome:
         killed_orphans=orphans,
         stacks=tuple(stacks),
     )
+
+
+def _rank_codes(plan: LaunchPlan, procs: list[subprocess.Popen[bytes]]) -> list[int | None]:
+    """Each started process's status; a warm start's ranks' own, as its zygote left them
+    (none left: it was killed, and its status is all there is)."""
+    codes = [p.returncode for p in procs]
+    written = plan.log_dir / zygote.CODES_FILE
+    if plan.fork and written.is_file():
+        try:
+            ranks = json.loads(written.read_text())
+        except (OSError, ValueError):
+            return codes
+        finally:
+            written.unlink(missing_ok=True)
+        if isinstance(ranks, list) and len(ranks) == plan.processes:
+            return [c if isinstance(c, int) else None for c in ranks]
+    return codes
 
 
 def _started(plan: LaunchPlan, procs: list[subprocess.Popen[bytes]]) -> str:
@@ -257,6 +279,19 @@ def _start(
                 preexec_fn=setup,
             )
             return [proc]
+        if plan.fork:
+            ranks = [multinode.rank_env(plan, rank) for rank in range(plan.processes)]
+            proc = subprocess.Popen(
+                _zygote_argv(plan),
+                cwd=plan.cwd,
+                env={**env, zygote.RANKS_ENV: json.dumps(ranks)},
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # see _child_setup
+                preexec_fn=setup,
+            )
+            return [proc]
         procs: list[subprocess.Popen[bytes]] = []
         for rank in range(plan.processes):
             rank_env = {**env, **multinode.rank_env(plan, rank)}
@@ -277,6 +312,15 @@ def _start(
     except OSError as exc:
         # Ranks already started carry the run id: the clean-up's sweep finds them.
         raise LaunchError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+
+
+def _zygote_argv(plan: LaunchPlan) -> list[str]:
+    """The warm start's command: run.zygote, run as a script by the environment's python."""
+    return [
+        str(plan.bin_dir / "python"), zygote.__file__, "--imports", ",".join(plan.fork),
+        "--log-dir", str(plan.log_dir), "--peer-grace", str(PEER_GRACE_S),
+        str(plan.script), *plan.script_args,
+    ]  # fmt: skip
 
 
 ECHO_LINE_MAX = 1 << 16  # a line longer than this is echoed before it ends
@@ -372,13 +416,3 @@ def _running(proc: subprocess.Popen[bytes]) -> bool:
         return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
     except ChildProcessError:
         return False
-
-
-def _combined_code(codes: list[int | None]) -> int | None:
-    """Rank 0's code, unless a rank failed outside the protocol; a rank's own failure code
-    wins over the signal that the harness then sent its peers."""
-    if not codes:
-        return None
-    odd = [c for c in codes if c not in (0, 1, 125)]
-    own = [c for c in odd if c is not None and c > 0]
-    return (own or odd or codes)[0]

@@ -96,6 +96,7 @@ class VenvBackend:
             port=launcher.free_port(),
             registry=self.settings.cache / "runs",
             nodes=spec.nodes,
+            fork=tuple(spec.fork) if spec.launcher == "python" else (),
         )
         if request.preflight is not None:
             return launcher.one_process(plan, request.preflight, PREFLIGHT_LOG)
