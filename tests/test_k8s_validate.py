@@ -27,9 +27,6 @@ from reprobox.run.backends import container
 from reprobox.run.pipeline import lock_path
 from reprobox.scaleout import jobs, k8s
 
-# its module-scoped fixture is built once: all of it on one worker
-pytestmark = pytest.mark.xdist_group("tests/test_k8s_validate.py")
-
 
 @pytest.fixture
 def ppo_root(scratch_root: Path) -> Path:
@@ -208,8 +205,8 @@ def test_the_check_can_fail(ppo_root: Path) -> None:
 # ---- a real push: the digest recorded is the digest of the bytes written
 
 
-@pytest.fixture(scope="module")
-def engine() -> container.Engine:
+@pytest.fixture
+def engine() -> container.Engine:  # a look-up: no need to share it
     try:
         return container.find_engine("podman")
     except Exception as exc:

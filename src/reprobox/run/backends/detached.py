@@ -55,6 +55,7 @@ def read_plan(path: Path) -> launcher.LaunchPlan:
     for key in _PATH_FIELDS:
         if data.get(key) is not None:
             data[key] = Path(data[key])
+    data["fork"] = tuple(data.get("fork", ()))  # JSON holds it as a list
     return launcher.LaunchPlan(**data)
 
 
