@@ -137,7 +137,7 @@ def test_a_lock_that_does_not_match_its_hash_never_builds(
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # see docs/testing.md, "The nightly tier"
+@pytest.mark.nightly  # see the nightly tier's table in docs/testing.md
 def test_kl_image_reaches_the_venv_verdicts(
     engine: images.Engine,
     tmp_path: Path,

@@ -290,7 +290,7 @@ def test_a_deepspeed_op_that_cannot_build_says_so(
 
 @pytest.mark.e2e
 @pytest.mark.slow
-@pytest.mark.nightly  # see docs/testing.md, "The nightly tier"
+@pytest.mark.nightly  # see the nightly tier's table in docs/testing.md
 def test_release_bisect_names_trl_0_7_2(results: Path) -> None:
     """The ground truth: trl 0.4.7 reproduces, 0.7.2 is the first clean release."""
     # --confirm 1: each boundary is probed twice (the default's third probe of each is
@@ -304,7 +304,7 @@ def test_release_bisect_names_trl_0_7_2(results: Path) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.slow
-@pytest.mark.nightly  # see docs/testing.md, "The nightly tier"
+@pytest.mark.nightly  # see the nightly tier's table in docs/testing.md
 def test_newer_generations(results: Path) -> None:
     """trl 0.12 - 1.0 brought the bug back where bf16 comes from the accelerate config only;
     PPOConfig(bf16=True) avoids it, and trl >= 1.1 reads the accelerate config again."""
@@ -320,7 +320,7 @@ def test_newer_generations(results: Path) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.slow
-@pytest.mark.nightly  # see docs/testing.md, "The nightly tier"
+@pytest.mark.nightly  # see the nightly tier's table in docs/testing.md
 def test_signed_kl_is_recorded_with_a_conclusion_from_its_own_numbers(
     scratch_root: Path,
 ) -> None:

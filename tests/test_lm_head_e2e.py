@@ -30,7 +30,7 @@ def test_avg_op_still_gives_its_verdict(results: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.nightly  # see docs/testing.md, "The nightly tier"
+@pytest.mark.nightly  # see the nightly tier's table in docs/testing.md
 def test_matrix_factor_is_world_size_to_the_aliases_minus_one(results: Path) -> None:
     done = reprobox("run", "lm_head", "--matrix")
     assert done.returncode == ExitCode.OK, done.stderr
