@@ -16,8 +16,9 @@ from reprobox.run import launcher
 from reprobox.run.exits import rank_exits
 
 SCRIPT = """\
-import os, signal, sys, time
+import atexit, os, signal, sys, time
 import probe_mod  # imported again: in a warm rank it is already there
+atexit.register(lambda: open(os.environ["PROBE_LOG"] + ".atexit", "a").write("ran\\n"))
 rank = int(os.environ["RANK"])
 print("rank", rank, "of", os.environ["WORLD_SIZE"], "parent", os.getppid(), "pid", os.getpid(),
       "name", __name__,
@@ -72,6 +73,8 @@ def test_warm_ranks_import_once_and_run_as_a_cold_start_does(tmp_path: Path, for
     else:
         assert parents == {str(os.getpid())}
     assert not (plan.log_dir / ".rank-codes.json").exists()
+    # each rank ends as a cold one does: its atexit handlers run
+    assert (tmp_path / "imports.atexit").read_text().split() == ["ran", "ran"]
 
 
 def test_a_warm_rank_killed_by_a_signal_is_named_with_it(tmp_path: Path) -> None:

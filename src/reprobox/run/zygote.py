@@ -7,12 +7,11 @@ It runs as a script in the repro's own environment (`python zygote.py ...`), whi
 reprobox: standard library only, and nothing here imports the harness. The harness imports
 `combined_code` from it, so the rule for a launch's status is written once. To the harness a
 warm launch is one process that starts its ranks (like torchrun): it exits with the
-launch's status and leaves each rank's own status in `.rank-codes.json`, each rank's output
-goes to `rank{N}.log` in the log folder, and when a rank
-fails outside the protocol its peers get `--peer-grace` seconds (they are usually stuck in a
-collective) before they are killed. The ranks stay in this process's group, so the
-harness's signals reach them; each dies with it (a parent-death signal).
-"""
+launch's status and leaves each rank's own status in `.rank-codes.json`; each rank's output
+goes to `rank{N}.log` in the log folder; when a rank fails outside the protocol, its peers
+get `--peer-grace` seconds (they are usually stuck in a collective) before they are killed.
+The ranks stay in this process's group, so the harness's signals reach them, and each dies
+with it (a parent-death signal)."""
 
 from __future__ import annotations
 
@@ -118,17 +117,8 @@ def main() -> int:
         log = os.open(os.path.join(opts.log_dir, f"rank{rank}.log"),
                       os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)  # fmt: skip
         pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                code = _run_rank(opts.script, opts.args, env, log, parent)
-            finally:
-                for stream in (sys.stdout, sys.stderr):
-                    try:
-                        stream.flush()
-                    except (OSError, ValueError):
-                        pass
-                os._exit(code)
+        if pid == 0:  # the rank ends as a cold one does: atexit handlers, threads joined
+            sys.exit(_run_rank(opts.script, opts.args, env, log, parent))
         os.close(log)
         pids.append(pid)
     codes: list[int | None] = [None] * len(pids)
