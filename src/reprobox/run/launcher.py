@@ -267,28 +267,20 @@ def _start(
     argv = plan.argv()
     setup = _child_setup(os.getpid(), watched)
     try:
-        if not multinode.harness_ranks(plan.launcher, plan.processes, plan.nodes):
+        ranks_by_harness = multinode.harness_ranks(plan.launcher, plan.processes, plan.nodes)
+        if not ranks_by_harness or plan.fork:
+            command, one_env = argv, env
+            if ranks_by_harness:  # a warm start: one interpreter forks the ranks (run.zygote)
+                ranks = [multinode.rank_env(plan, rank) for rank in range(plan.processes)]
+                command, one_env = _zygote_argv(plan), {**env, zygote.RANKS_ENV: json.dumps(ranks)}
             proc = subprocess.Popen(
-                argv,
+                command,
                 cwd=plan.cwd,
-                env=env,
+                env=one_env,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # see _child_setup: Ctrl-C reaches only the harness
-                preexec_fn=setup,
-            )
-            return [proc]
-        if plan.fork:
-            ranks = [multinode.rank_env(plan, rank) for rank in range(plan.processes)]
-            proc = subprocess.Popen(
-                _zygote_argv(plan),
-                cwd=plan.cwd,
-                env={**env, zygote.RANKS_ENV: json.dumps(ranks)},
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # see _child_setup
                 preexec_fn=setup,
             )
             return [proc]
