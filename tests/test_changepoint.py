@@ -126,7 +126,7 @@ def test_arguments_out_of_range_are_refused() -> None:
 
 
 def test_a_posterior_is_never_shown_as_a_certainty_it_is_not() -> None:
-    from reprobox.bisect.summary import shown_posterior
+    from reprobox.bisect.answer_line import shown_posterior
 
     assert shown_posterior(0.99951) == "> 0.999"  # not "1.000"
     assert shown_posterior(0.99949) == "0.999"
@@ -134,7 +134,7 @@ def test_a_posterior_is_never_shown_as_a_certainty_it_is_not() -> None:
 
 
 def test_a_summary_never_keeps_a_posterior_rounded_up_to_one() -> None:
-    from reprobox.bisect.summary import kept_posterior
+    from reprobox.bisect.answer_line import kept_posterior
 
     assert kept_posterior(0.99996) == 0.9999 and kept_posterior(0.5) == 0.5
 

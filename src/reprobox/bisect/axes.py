@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from reprobox.bisect import checks
+from reprobox.bisect.answer_line import answer
 from reprobox.bisect.outcome import Known, Outcome
 from reprobox.bisect.probe_log import ProbeLog
 from reprobox.bisect.prober import Prober, Probes, Target
 from reprobox.bisect.strategy import Strategy
-from reprobox.bisect.summary import BisectSummary, answer
+from reprobox.bisect.summary import BisectSummary
 from reprobox.core.errors import BadInput
 
 T = TypeVar("T")
@@ -96,7 +97,7 @@ class Axis(Protocol[T]):
 
 
 def plain_answer(question: Question[Any], summary: BisectSummary, detail: str = "") -> str:
-    """The closing line of a plain search as most axes say it (`summary.answer`)."""
+    """The closing line of a plain search as most axes say it (`answer_line.answer`)."""
     return answer(
         summary, question.word, question.subject, question.ends, detail=detail,
         suggest=question.suggest,

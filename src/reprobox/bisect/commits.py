@@ -20,6 +20,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from reprobox.bisect.answer_line import answer, verdict_word
 from reprobox.bisect.axes import Question
 from reprobox.bisect.driver import drive
 from reprobox.bisect.outcome import Outcome
@@ -31,9 +32,7 @@ from reprobox.bisect.summary import (
     CommitAnswer,
     CommitDetails,
     ProbeEntry,
-    answer,
     read_summaries,
-    verdict_word,
 )
 from reprobox.core.cells import Cell, make_cell
 from reprobox.core.errors import BadInput

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from reprobox.bisect import checks, posterior, shift
+from reprobox.bisect.answer_line import assumption
 from reprobox.bisect.axes import Axis, Context
 from reprobox.bisect.outcome import Outcome
 from reprobox.bisect.plan import StepsLeft
@@ -28,7 +29,6 @@ from reprobox.bisect.summary import (
     BisectSummary,
     Contradiction,
     ProbeEntry,
-    assumption,
     from_search,
     runs_dir,
     write_summary,

@@ -17,10 +17,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from reprobox.bisect.answer_line import kept_posterior, shown_posterior, verdict_word
 from reprobox.bisect.axes import Context
 from reprobox.bisect.flaky import FlakyAnswer, Observation, flaky_search
 from reprobox.bisect.outcome import Checked, Outcome
-from reprobox.bisect.summary import BisectSummary, kept_posterior, shown_posterior, verdict_word
+from reprobox.bisect.summary import BisectSummary
 from reprobox.core.protocol import Verdict
 
 T = TypeVar("T")

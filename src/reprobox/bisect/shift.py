@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from reprobox.bisect.answer_line import kept_posterior, shown_posterior
 from reprobox.bisect.axes import Context
 from reprobox.bisect.changepoint import Level, ShiftAnswer, shift_search
 from reprobox.bisect.outcome import Outcome
-from reprobox.bisect.summary import BisectSummary, kept_posterior, shown_posterior
+from reprobox.bisect.summary import BisectSummary
 
 T = TypeVar("T")
 SHOWN = 5  # candidates an undecided answer names

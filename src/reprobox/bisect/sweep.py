@@ -15,6 +15,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from reprobox.bisect import checks
+from reprobox.bisect.answer_line import events_line
 from reprobox.bisect.axes import Question
 from reprobox.bisect.driver import drive
 from reprobox.bisect.outcome import Known, Outcome
@@ -27,14 +28,7 @@ from reprobox.bisect.prober import (
     release_probes,
 )
 from reprobox.bisect.strategy import BINARY, Strategy
-from reprobox.bisect.summary import (
-    BisectSummary,
-    Contradiction,
-    Event,
-    ProbeEntry,
-    SweepDetails,
-    events_line,
-)
+from reprobox.bisect.summary import BisectSummary, Contradiction, Event, ProbeEntry, SweepDetails
 from reprobox.core.errors import BadInput
 from reprobox.core.protocol import Verdict
 from reprobox.envs.index import PackageIndex, select

@@ -113,7 +113,8 @@ def bisect_summary(summary: BisectSummary) -> None:
         f"({summary.skips} skipped, {summary.wall_s:.0f}s); summary: {summary.summary_path}"
     )
     # one wording of events and bounds; start-up cost: a bisect's summary only
-    from reprobox.bisect.summary import SweepDetails, events_line
+    from reprobox.bisect.answer_line import events_line
+    from reprobox.bisect.summary import SweepDetails
 
     if isinstance(summary.details, SweepDetails) and summary.details.events:
         info(f"events: {events_line(summary.details.events, summary.versions)}")
