@@ -283,6 +283,10 @@ def check_semantics(repro: Repro, shown: str) -> None:
         if "torch" in {canonicalize_name(p) for p in platform.host_packages}:
             fail(f"platforms.{name}.host_packages", "torch's range is host_torch")
     _check_launch(repro, spec.launch, "launch", fail)
+    if spec.launch.fork and spec.launch.launcher != "python":
+        # torchrun forks with its own `--start_method fork`; accelerate has no such start.
+        # A variant that only changes the launcher leaves the repro's `fork` unused.
+        fail("launch.fork", f"only the python launcher forks its ranks, not {spec.launch.launcher}")
     _check_repeats(spec.verdict, "verdict", fail)
 
     for name, variant in spec.variants.items():
@@ -361,10 +365,6 @@ def _check_repeats(verdict: VerdictSection, where: str, fail: Fail) -> None:
 
 
 def _check_launch(repro: Repro, launch: LaunchSection, where: str, fail: Fail) -> None:
-    if launch.fork and launch.launcher != "python" and where == "launch":
-        # torchrun forks with its own `--start_method fork`; accelerate has no such start.
-        # A variant that only changes the launcher leaves the repro's `fork` unused.
-        fail(f"{where}.fork", f"only the python launcher forks its ranks, not {launch.launcher}")
     if launch.config is not None:
         if launch.launcher != "accelerate":
             fail(f"{where}.config", "only the accelerate launcher takes a config file")
