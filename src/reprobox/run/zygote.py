@@ -122,18 +122,20 @@ def main() -> int:
         os.close(log)
         pids.append(pid)
     codes: list[int | None] = [None] * len(pids)
-    first_failure = None
+    failed_at: float | None = None  # when a rank first failed outside the protocol
+    peers_killed = False
     while None in codes:
-        pid, status = os.waitpid(-1, 0 if first_failure is None else os.WNOHANG)
+        pid, status = os.waitpid(-1, 0 if failed_at is None else os.WNOHANG)
         if pid in pids:
             code = codes[pids.index(pid)] = _status(status)
-            if code not in PROTOCOL_CODES and first_failure is None:
-                first_failure = time.monotonic()
+            if code not in PROTOCOL_CODES and failed_at is None:
+                failed_at = time.monotonic()
         elif pid == 0:
             time.sleep(0.05)
-        if first_failure is not None and time.monotonic() - first_failure > opts.peer_grace:
-            _kill([pids[i] for i, c in enumerate(codes) if c is None], 5.0)
-            first_failure = float("inf")  # killed once; collect their statuses
+        if failed_at is not None and not peers_killed:
+            if time.monotonic() - failed_at > opts.peer_grace:
+                _kill([pids[i] for i, c in enumerate(codes) if c is None], 5.0)
+                peers_killed = True  # then their statuses are collected as any
     # each rank's own status for the harness (a rank's signal is named in its verdict)
     out = os.path.join(opts.log_dir, CODES_FILE)
     with open(out + ".tmp", "w") as handle:
