@@ -1,10 +1,13 @@
 """The nightly canary run for real, as .github/workflows/canary.yml runs it: `reprobox
 canary-plan` names a corpus repro's (repro, package), `reprobox newest PACKAGE` reads the
 newest release from the index, and `reprobox run REPRO --variant fixed --with
-PACKAGE==NEWEST` fails when that release brings the bug back. A toy corpus repro over a
-package on a real PEP 503 index on 127.0.0.1 (real wheels, installed by uv): 1.0.0 good,
-1.1.0 bad, 1.2.0 the fix, then either 1.2.1 (still fixed: the canary passes) or 1.3.0
-(the bug re-introduced: it fails, and the failure names the repro and the release)."""
+PACKAGE==NEWEST --with COMPANION==NEWEST` fails when that release brings the bug back. A toy
+corpus repro over a package on a real PEP 503 index on 127.0.0.1 (real wheels, installed by
+uv): 1.0.0 good, 1.1.0 bad, 1.2.0 the fix, then either 1.2.1 (still fixed: the canary passes)
+or 1.3.0 (the bug re-introduced: it fails, and the failure names the repro and the release).
+Both newest releases need a newer companion than the repro pins (2.0.0, as transformers 5
+needs a newer accelerate): beside the pinned 1.0.0 they fail to import, so the canary must
+move the companion too."""
 
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ from conftest import reprobox
 pytestmark = pytest.mark.e2e
 
 PACKAGE = "reprobox-regress"
+COMPANION = "reprobox-companion"  # pinned exactly by the repro; the newest PACKAGE needs 2.0.0
 BAD = {"1.1.0", "1.3.0"}  # the releases that carry the bug
+NEEDS_NEW_COMPANION = {"1.2.1", "1.3.0"}
 
 TOML = f"""\
 [repro]
@@ -34,7 +39,7 @@ timeout = 60
 
 [env]
 python = "3.11"
-pins = ["{PACKAGE}==1.1.0"]
+pins = ["{PACKAGE}==1.1.0", "{COMPANION}==1.0.0"]
 
 [verdict]
 reproduced_if = [{{ metric = "wrong", above = 0.5 }}]
@@ -82,7 +87,13 @@ def _canary_root(
     folder.mkdir()
     for version in versions:
         init = f"VERSION = {version!r}\nBROKEN = {version in BAD}\n"
+        if version in NEEDS_NEW_COMPANION:  # an import-time check, as transformers makes
+            init += "import companionpkg\nassert companionpkg.VERSION >= '2', 'companion>=2'\n"
         write_wheel(folder, PACKAGE, version, {"regresspkg/__init__.py": init})
+    for version in ("1.0.0", "2.0.0"):
+        write_wheel(
+            folder, COMPANION, version, {"companionpkg/__init__.py": f"VERSION = {version!r}\n"}
+        )
     directory = scratch_root / "repros" / "regress"
     directory.mkdir()
     (directory / "repro.toml").write_text(TOML)
@@ -93,16 +104,19 @@ def _canary_root(
 
 
 def _canary() -> tuple[str, int, str]:
-    """The workflow's three steps: the plan's package, its newest release, the fixed run."""
+    """The workflow's three steps: the plan's package and companions, their newest
+    releases, the fixed run with each of them."""
     plan = reprobox("canary-plan")
     assert plan.returncode == 0, plan.stderr
     include = json.loads(plan.stdout.split("include=", 1)[1])
-    assert {"repro": "regress", "package": PACKAGE} in include
-    newest = reprobox("newest", PACKAGE)
+    entry = {"repro": "regress", "package": PACKAGE, "with": [COMPANION]}
+    assert entry in include
+    newest = reprobox("newest", "--as-pins", PACKAGE, *entry["with"])
     assert newest.returncode == 0, newest.stderr
-    version = newest.stdout.strip()
-    done = reprobox("run", "regress", "--variant", "fixed", "--with", f"{PACKAGE}=={version}")
-    return version, done.returncode, done.stdout + done.stderr
+    pins = newest.stdout.split()
+    assert pins[1] == f"{COMPANION}==2.0.0", pins
+    done = reprobox("run", "regress", "--variant", "fixed", *(f"--with={pin}" for pin in pins))
+    return pins[0].split("==")[1], done.returncode, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize(
@@ -130,5 +144,6 @@ def test_the_canary_fails_when_the_newest_release_brings_the_bug_back(
         assert code == 0, output
         return
     assert code == 1, output  # an unexpected verdict (docs/cli.md): the job fails
-    line = f"reprobox: error: regress fixed[{PACKAGE}={newest}]: reproduced, expected clean"
+    cell = f"fixed[{PACKAGE}={newest},{COMPANION}=2.0.0]"
+    line = f"reprobox: error: regress {cell}: reproduced, expected clean"
     assert line in output, output  # the repro, the variant and the release that broke it

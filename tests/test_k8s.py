@@ -296,7 +296,20 @@ def test_github_matrix_splits_cpu_and_gpu(ppo_root: Path) -> None:
 
 
 def test_canary_plan(ppo_root: Path) -> None:
-    assert jobs.canary_plan(ppo_root) == [{"repro": "ppo", "package": "trl"}]
+    assert jobs.canary_plan(ppo_root) == [{"repro": "ppo", "package": "trl", "with": []}]
+
+
+def test_the_canary_moves_the_fixed_variants_exact_pins_but_torch(root: Path) -> None:
+    """transformers 5.25 beside ga_loss's pinned accelerate 1.2.1 is an error (`TypeError:
+    Accelerator.unwrap_model() got an unexpected keyword argument 'keep_torch_compile'`),
+    never an answer: the canary moves every other exact pin of `fixed` to its newest too,
+    except torch (the repro's CPU build) and what is pinned to a range (numpy<2)."""
+    plan = {(e["repro"], e["package"]): e["with"] for e in jobs.canary_plan(root)}
+    assert plan[("ga_loss", "transformers")] == ["accelerate"]
+    assert plan[("peft_untargeted", "peft")] == ["transformers", "accelerate"]
+    assert plan[("split_by_node", "datasets")] == []
+    assert plan[("ga_grad", "transformers")] == ["accelerate"]  # numpy<2 is a range: it stays
+    assert not any("torch" in companions for companions in plan.values())
 
 
 def test_the_canary_covers_the_corpus_but_not_a_bug_no_release_fixed(root: Path) -> None:

@@ -107,9 +107,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     collect.set_defaults(handler=cmd_collect)
 
-    newest = subparsers.add_parser("newest", help="print the newest release of a package")
-    newest.add_argument("package", help="a package name on the index (e.g. transformers)")
+    newest = subparsers.add_parser(
+        "newest", help="print the newest release of a package (of each, with --as-pins)"
+    )
+    newest.add_argument(
+        "packages",
+        nargs="+",
+        metavar="PACKAGE",
+        help="a package name on the index (e.g. transformers)",
+    )
     newest.add_argument("--pre", action="store_true", help="allow pre-releases")
+    newest.add_argument(
+        "--as-pins",
+        action="store_true",
+        help="print NAME==VERSION for each package, on one line (the canary's --with pins)",
+    )
     newest.set_defaults(handler=cmd_newest)
 
     matrix = subparsers.add_parser(
@@ -249,15 +261,21 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_newest(args: argparse.Namespace) -> int:
-    """The newest non-yanked release (pre-releases only with --pre), for the canary."""
+    """The newest non-yanked release (pre-releases only with --pre), for the canary: the
+    bare version of one package, or NAME==VERSION of each with --as-pins."""
     # start-up cost: the package index client loads when one is asked
     from reprobox.envs.index import SimpleIndex, select
 
+    if len(args.packages) > 1 and not args.as_pins:
+        raise BadInput("newest: several packages need --as-pins (NAME==VERSION each)")
     index = SimpleIndex.from_settings(options.settings(args))
-    versions = select(index.releases(args.package), "", prereleases=args.pre)
-    if not versions:
-        raise BadInput(f"{args.package} has no release to test")
-    print(versions[-1])
+    found = []
+    for package in args.packages:
+        versions = select(index.releases(package), "", prereleases=args.pre)
+        if not versions:
+            raise BadInput(f"{package} has no release to test")
+        found.append(f"{package}=={versions[-1]}" if args.as_pins else str(versions[-1]))
+    print(" ".join(found))
     return 0
 
 

@@ -12,6 +12,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from reprobox.core import spec
 from reprobox.core.cells import (
     DEFAULT_CELL,
@@ -159,9 +162,15 @@ def github_matrix(
     }
 
 
-def canary_plan(root: Path) -> list[dict[str, str]]:
-    """(repro, package) pairs for the nightly canary: each repro's `fixed` variant against the
-    newest release of each package the bug is about (matrix package axes, bisect package)."""
+def canary_plan(root: Path) -> list[dict[str, Any]]:
+    """(repro, package, with) for the nightly canary: each repro's `fixed` variant against the
+    newest release of each package the bug is about (matrix package axes, bisect package),
+    `with` the other packages `fixed` pins exactly, moved to their newest releases too.
+
+    A newest release often needs newer companions than the repro pins (transformers 5.25
+    needs an accelerate past ga_loss's 1.2.1): run beside the old pins, it is an error, and
+    the canary would never see the bug come back. torch stays the repro's build: the CPU
+    wheel, not the index's newest."""
     plan = []
     for name in spec.discover(root):
         try:
@@ -176,6 +185,18 @@ def canary_plan(root: Path) -> list[dict[str, str]]:
         packages = list(repro.spec.matrix.packages) if repro.spec.matrix else []
         if repro.spec.bisect is not None:
             packages.append(repro.spec.bisect.package)
+        pinned = _exact_pins(repro.requirements("fixed"))
         for package in dict.fromkeys(packages):
-            plan.append({"repro": name, "package": package})
+            companions = [p for p in pinned if p not in (canonicalize_name(package), "torch")]
+            plan.append({"repro": name, "package": package, "with": companions})
     return plan
+
+
+def _exact_pins(requirements: Iterable[str]) -> list[str]:
+    """The canonical names of the packages `requirements` pin to one version (`==`)."""
+    names: list[str] = []
+    for text in requirements:
+        requirement = Requirement(text)
+        if any(s.operator in ("==", "===") for s in requirement.specifier):
+            names.append(canonicalize_name(requirement.name))
+    return names
