@@ -54,6 +54,29 @@ def test_every_flag_and_command_has_help() -> None:
     assert not missing, f"no help text: {missing}"
 
 
+def _commands(parser: argparse.ArgumentParser) -> list[str]:
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return list(sub.choices)
+
+
+def test_each_command_loads_only_its_own_module() -> None:
+    """The table `reprobox CMD` imports by names every command once, in --help's order,
+    and each command's own module registers it (a command missing from the table, or under
+    another module's name, would load every module, or break)."""
+    assert _commands(cli._parser()) == list(cli.COMMANDS)
+    for command, module in cli.COMMANDS.items():
+        alone = _commands(cli._parser([command, "x"]))
+        everything = command == "completion"  # completion describes every command
+        assert command in alone and (
+            everything or set(alone) <= {c for c, m in cli.COMMANDS.items() if m == module}
+        )
+    code = "import sys; from reprobox.cli import main; main._parser(['run', 'toy']); print(sorted(sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = done.stdout
+    assert "reprobox.cli.run" in loaded
+    assert "reprobox.cli.bisect" not in loaded and "reprobox.cli.report" not in loaded
+
+
 def test_version_comes_from_the_installed_distribution() -> None:
     done = reprobox("--version")
     assert done.returncode == 0, done.stderr

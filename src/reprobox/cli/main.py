@@ -11,24 +11,13 @@ adding its subcommands with `register(subparsers)` from the flags `cli.options` 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from reprobox.cli import attribute as attribute_cli
-from reprobox.cli import bisect as bisect_cli
-from reprobox.cli import bundle as bundle_cli
-from reprobox.cli import catalog as catalog_cli
-from reprobox.cli import complete as complete_cli
-from reprobox.cli import export as export_cli
-from reprobox.cli import gpu_check as gpu_check_cli
-from reprobox.cli import new as new_cli
 from reprobox.cli import options, ui
-from reprobox.cli import report as report_cli
-from reprobox.cli import run as run_cli
-from reprobox.cli import scaleout as scaleout_cli
 from reprobox.cli import verdict as verdict_cli
-from reprobox.cli import wheelhouse as wheelhouse_cli
 from reprobox.core import spec
 from reprobox.core.errors import ExitCode, ReproboxError, interrupt_code
 from reprobox.core.settings import Settings
@@ -53,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str]) -> int:
-    parser = _parser()
+    parser = _parser(argv)
     args = parser.parse_args(argv)
     results = "results/"
     # SIGTERM (a cancelled CI job, timeout(1), nox) and SIGHUP (a closed terminal) end a
@@ -131,8 +120,31 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def _parser() -> argparse.ArgumentParser:
-    """The whole command line: each command group adds its subcommands from `cli.options`."""
+# Each command's module (`reprobox.cli.NAME`), in the order `--help` lists them. A command
+# imports only its own module: `reprobox run` need not load the bisect, report or bundle code
+# (each start of the CLI paid ~30 ms of CPU for them); --help, completion and a word that is
+# no command load them all. tests/test_cli.py checks this table against what they register.
+COMMANDS: dict[str, str] = {
+    "list": "catalog", "lock": "catalog", "table": "catalog",
+    "new": "new",
+    "run": "run", "image": "run",
+    "verdict": "verdict",
+    "bisect": "bisect", "sweep": "bisect",
+    "attribute": "attribute",
+    "report": "report",
+    "export": "export",
+    "bundle": "bundle",
+    "wheelhouse": "wheelhouse",
+    "gpu-check": "gpu_check",
+    "k8s": "scaleout", "collect": "scaleout", "newest": "scaleout", "ci-matrix": "scaleout",
+    "canary-plan": "scaleout", "corpus": "scaleout",
+    "completion": "complete",
+}  # fmt: skip
+
+
+def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The command line: each command group adds its subcommands from `cli.options`; only
+    the group of the command in `argv` when it names one (else every group)."""
     parser: argparse.ArgumentParser = options.Parser(
         prog="reprobox",
         description=_DESCRIPTION,
@@ -143,19 +155,16 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", help="one of:"
     )
-    catalog_cli.register(commands)
-    new_cli.register(commands)
-    run_cli.register(commands)
-    verdict_cli.register(commands)
-    bisect_cli.register(commands)
-    attribute_cli.register(commands)
-    report_cli.register(commands)
-    export_cli.register(commands)
-    bundle_cli.register(commands)
-    wheelhouse_cli.register(commands)
-    gpu_check_cli.register(commands)
-    scaleout_cli.register(commands)
-    complete_cli.register(commands, parser)
+    word = next((w for w in argv if not w.startswith("-")), None)
+    wanted = COMMANDS.get(word or "")
+    if wanted == "complete":
+        wanted = None  # completion describes every command
+    for name in dict.fromkeys(COMMANDS.values()) if wanted is None else [wanted]:
+        module = importlib.import_module(f"reprobox.cli.{name}")
+        if name == "complete":
+            module.register(commands, parser)
+        else:
+            module.register(commands)
     return parser
 
 
