@@ -1,5 +1,7 @@
-"""lm_head: wall time of all default variants with warm environments, and the harness's
-overhead against running the same launcher command by hand.
+"""lm_head: wall time of all default variants with warm environments, the harness's
+overhead against running the same launcher command by hand, and the floor under it: the
+imports `reprobox run` needs before it can read a repro.toml (pydantic, packaging and the
+spec's models), which no run can skip.
 
     .venv/bin/nox -s bench -- lm_head [--times 3]
 """
@@ -9,10 +11,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 from common import HARNESS, ROOT, emit, repeat, summarize, timed
+
+# What `reprobox run` imports before it launches (cli.main loads only the run command's
+# module), and the part of it that reads and checks a repro.toml.
+RUN_IMPORTS = "from reprobox.cli import main; main._parser(['run', 'x'])"
+SPEC_IMPORTS = "import reprobox.core.spec"
 
 
 def main() -> None:
@@ -46,11 +54,28 @@ def main() -> None:
     harness = summarize([h for h, _ in pairs])
     by_hand = summarize([b for _, b in pairs])
     overhead = harness["median_s"] / by_hand["median_s"] - 1
+    # The floor: a bare interpreter against one that imports what `reprobox run` imports
+    # before it launches, alternated too (several times each: they take a fraction of a second).
+    floors = [
+        (timed([sys.executable, "-c", "pass"]), timed([sys.executable, "-c", RUN_IMPORTS]),
+         timed([sys.executable, "-c", SPEC_IMPORTS]))
+        for _ in range(max(times, 15))
+    ]  # fmt: skip
+    bare, run_path, spec_only = (summarize([f[i] for f in floors]) for i in range(3))
+
+    def over_by_hand(imports: dict) -> str:
+        return f"{(imports['median_s'] - bare['median_s']) / by_hand['median_s']:+.1%}"
+
     emit({
         "all_default_variants_warm": default_variants,
         "one_variant_via_harness": harness,
         "one_variant_launcher_by_hand": by_hand,
         "harness_overhead": f"{overhead:+.1%}",
+        "python_start": bare,
+        "run_command_imports": run_path,
+        "spec_imports": spec_only,
+        "floor_over_by_hand": over_by_hand(spec_only),
+        "run_imports_over_by_hand": over_by_hand(run_path),
     })  # fmt: skip
 
 
