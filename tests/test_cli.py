@@ -70,7 +70,10 @@ def test_each_command_loads_only_its_own_module() -> None:
         assert command in alone and (
             everything or set(alone) <= {c for c, m in cli.COMMANDS.items() if m == module}
         )
-    code = "import sys; from reprobox.cli import main; main._parser(['run', 'toy']); print(sorted(sys.modules))"
+    code = (
+        "import sys; from reprobox.cli import main; main._parser(['run', 'toy']); "
+        "print(sorted(sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = done.stdout
     assert "reprobox.cli.run" in loaded

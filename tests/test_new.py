@@ -4,12 +4,14 @@ nothing left on disk."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from conftest import newest_records, reprobox
+from conftest import ROOT, newest_records, reprobox
 from reprobox.core.errors import ExitCode
 
 USER_SCRIPT = """\
@@ -170,3 +172,20 @@ def test_a_template_nobody_edited_is_not_reported(scratch_root: Path) -> None:
         "variants.fixed.description); say what the bug is and where it is reported before "
         "reporting it"
     )
+
+
+def test_what_it_writes_passes_the_projects_own_lint(scratch_root: Path, tmp_path: Path) -> None:
+    """A scaffold committed as written passes `nox -s lint` (ruff check and ruff format with
+    this project's settings): the template's script and the wrapper around a user's script."""
+    script = tmp_path / "bug.py"
+    script.write_text(USER_SCRIPT)
+    assert reprobox("new", "plain").returncode == 0
+    wrapped = reprobox("new", "wrapped", "--from", str(script), "--fixed-args=--fixed")
+    assert wrapped.returncode == 0, wrapped.stderr
+    written = [scratch_root / "repros" / "plain" / "plain.py",
+               scratch_root / "repros" / "wrapped" / "repro.py"]  # fmt: skip
+    config = ["--config", str(ROOT / "pyproject.toml")]
+    for command in (["check"], ["format", "--check"]):
+        done = subprocess.run([sys.executable, "-m", "ruff", *command, *config, *map(str, written)],
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr

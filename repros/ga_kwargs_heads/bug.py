@@ -27,9 +27,16 @@ GA = 4
 
 def grad_norm(batch: int, ga: int) -> float:
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=4, intermediate_size=64, num_labels=2,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        num_labels=2,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     model = BertForSequenceClassification(config)
     if args.workaround:
         model.accepts_loss_kwargs = False
@@ -37,9 +44,19 @@ def grad_norm(batch: int, ga: int) -> float:
     rows = [{"input_ids": row, "labels": int(row[0] % 2)} for row in ids]
     with tempfile.TemporaryDirectory() as work:
         training = TrainingArguments(
-            work, per_device_train_batch_size=batch, gradient_accumulation_steps=ga,
-            max_steps=1, logging_steps=1, report_to=[], use_cpu=True, max_grad_norm=1e9,
-            save_strategy="no", learning_rate=1e-3, disable_tqdm=True, seed=0)
+            work,
+            per_device_train_batch_size=batch,
+            gradient_accumulation_steps=ga,
+            max_steps=1,
+            logging_steps=1,
+            report_to=[],
+            use_cpu=True,
+            max_grad_norm=1e9,
+            save_strategy="no",
+            learning_rate=1e-3,
+            disable_tqdm=True,
+            seed=0,
+        )
         trainer = Trainer(model=model, args=training, train_dataset=rows)
         trainer.train()
     [norm] = [log["grad_norm"] for log in trainer.state.log_history if "grad_norm" in log]

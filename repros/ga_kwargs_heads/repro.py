@@ -25,8 +25,9 @@ args, rest = parser.parse_known_args()
 target = os.environ.get("REPRO_RESULT")
 if target and os.path.exists(target):
     os.remove(target)  # what is there after the run is the script's own
-done = subprocess.run([sys.executable, str(SCRIPT), *rest], cwd=HERE,
-                      capture_output=True, text=True)
+done = subprocess.run(
+    [sys.executable, str(SCRIPT), *rest], cwd=HERE, capture_output=True, text=True
+)
 sys.stdout.write(done.stdout)
 sys.stderr.write(done.stderr)
 errors = [line.strip() for line in done.stderr.splitlines() if line.strip()]
@@ -36,8 +37,11 @@ verdict = CODES.get(done.returncode)
 if verdict == "reproduced" and "Traceback (most recent call last)" in done.stderr:
     verdict = "reproduced" if EXPECTED in last else None  # a crash is not the bug
 if verdict is None:
-    print(f"{SCRIPT.name} failed otherwise (exit {done.returncode}: {last or 'no error line'}); "
-          f"not the expected {EXPECTED}", file=sys.stderr)
+    print(
+        f"{SCRIPT.name} failed otherwise (exit {done.returncode}: {last or 'no error line'}); "
+        f"not the expected {EXPECTED}",
+        file=sys.stderr,
+    )
     sys.exit(done.returncode if done.returncode > 1 and done.returncode != 125 else 2)
 if target and os.path.exists(target):
     sys.exit(done.returncode)  # the script speaks the protocol itself
@@ -50,9 +54,13 @@ def reported(lines):
             found = json.loads(line)
         except ValueError:
             continue
-        if isinstance(found, dict) and found and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            for v in found.values()
+        if (
+            isinstance(found, dict)
+            and found
+            and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in found.values()
+            )
         ):
             return {str(k): float(v) for k, v in found.items()}
     return {}
@@ -64,9 +72,13 @@ if target:
         metrics = {"expected_failure": 1.0 if verdict == "reproduced" else 0.0}
         metrics.update(reported(said))
     why = {"clean": f"{SCRIPT.name} exited 0", "cannot_test": f"{SCRIPT.name} cannot test here"}
-    result = {"schema": 1, "variant": args.variant, "verdict": verdict,
-              "reason": why["clean"] if verdict == "clean" else (last or why["cannot_test"]),
-              "metrics": metrics}
+    result = {
+        "schema": 1,
+        "variant": args.variant,
+        "verdict": verdict,
+        "reason": why["clean"] if verdict == "clean" else (last or why["cannot_test"]),
+        "metrics": metrics,
+    }
     tmp = target + ".tmp"
     with open(tmp, "w") as handle:
         json.dump(result, handle)
