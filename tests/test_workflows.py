@@ -176,8 +176,35 @@ def test_bisect_and_canary_shape() -> None:
     canary = _load(ROOT / ".github" / "workflows" / "canary.yml")
     assert canary["on"]["schedule"]
     steps = str(canary["jobs"]["canary"]["steps"])
-    assert "reprobox newest" in steps and "--variant fixed --with" in steps
-    assert "upload-artifact" in steps
+    assert "reprobox newest --as-pins" in steps and "upload-artifact" in steps
+
+
+def test_canary_runs_fixed_at_each_newest_pin(tmp_path: Path) -> None:
+    """The canary's two steps, run with a stand-in `reprobox` that prints its arguments: the
+    package and its companions become one `--with` each on the fixed variant's run."""
+    steps = _load(ROOT / ".github" / "workflows" / "canary.yml")["jobs"]["canary"]["steps"]
+    newest = next(s for s in steps if s.get("id") == "newest")
+    run = next(s for s in steps if "fixed variant" in s.get("name", ""))
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "reprobox").write_text(
+        '#!/bin/sh\nif [ "$1" = newest ]; then shift 2; for p; do printf "%s==9 " "$p"; done;'
+        ' echo; else printf "%s\\n" "$@"; fi\n'
+    )
+    (fake / "reprobox").chmod(0o755)
+    out = tmp_path / "github_output"
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "GITHUB_OUTPUT": str(out), "PACKAGE": "transformers",
+           "WITH": "accelerate datasets"}  # fmt: skip
+    done = subprocess.run(["bash", "-e", "-c", newest["run"]], env=env, capture_output=True,
+                          text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pins = out.read_text().strip().removeprefix("pins=")
+    assert pins.split() == ["transformers==9", "accelerate==9", "datasets==9"]
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "REPRO": "ga_grad", "PINS": pins}
+    done = subprocess.run(["bash", "-e", "-c", run["run"]], env=env, capture_output=True, text=True)
+    assert done.stdout.split() == ["run", "ga_grad", "--variant", "fixed",
+                                   "--with", "transformers==9", "--with", "accelerate==9",
+                                   "--with", "datasets==9"], done.stderr  # fmt: skip
 
 
 def test_bisect_with_empty_inputs_runs_the_defaults(tmp_path: Path) -> None:
