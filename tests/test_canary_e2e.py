@@ -5,6 +5,9 @@ PACKAGE==NEWEST --with COMPANION==NEWEST` fails when that release brings the bug
 corpus repro over a package on a real PEP 503 index on 127.0.0.1 (real wheels, installed by
 uv): 1.0.0 good, 1.1.0 bad, 1.2.0 the fix, then either 1.2.1 (still fixed: the canary passes)
 or 1.3.0 (the bug re-introduced: it fails, and the failure names the repro and the release).
+A bug still open upstream (`open = true` in its truth) is watched through `broken`: 1.1.1
+(still broken: it passes) or 1.2.1 (fixed upstream: it fails, naming the release that fixed
+it).
 Both newest releases need a newer companion than the repro pins (2.0.0, as transformers 5
 needs a newer accelerate): beside the pinned 1.0.0 they fail to import, so the canary must
 move the companion too."""
@@ -23,8 +26,8 @@ pytestmark = pytest.mark.e2e
 
 PACKAGE = "reprobox-regress"
 COMPANION = "reprobox-companion"  # pinned exactly by the repro; the newest PACKAGE needs 2.0.0
-BAD = {"1.1.0", "1.3.0"}  # the releases that carry the bug
-NEEDS_NEW_COMPANION = {"1.2.1", "1.3.0"}
+BAD = {"1.1.0", "1.1.1", "1.3.0"}  # the releases that carry the bug
+NEEDS_NEW_COMPANION = {"1.1.1", "1.2.1", "1.3.0"}
 
 TOML = f"""\
 [repro]
@@ -81,7 +84,11 @@ sys.exit({"clean": 0, "reproduced": 1}[verdict])
 
 
 def _canary_root(
-    scratch_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, versions: list[str]
+    scratch_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    versions: list[str],
+    unfixed: bool,
 ) -> WheelIndex:
     folder = tmp_path / "wheels"
     folder.mkdir()
@@ -96,54 +103,64 @@ def _canary_root(
         )
     directory = scratch_root / "repros" / "regress"
     directory.mkdir()
-    (directory / "repro.toml").write_text(TOML)
+    toml = TOML
+    if unfixed:  # still open upstream: `fixed` is the last good release
+        toml = toml.replace('first_fixed = "1.2.0"\n', "open = true\n").replace(
+            f'pins = ["{PACKAGE}==1.2.0"]', f'pins = ["{PACKAGE}==1.0.0"]'
+        )
+    (directory / "repro.toml").write_text(toml)
     (directory / "regress.py").write_text(SCRIPT)
     monkeypatch.setenv("REPROBOX_CACHE", str(tmp_path / "cache"))  # its own release list
     monkeypatch.delenv("UV_EXTRA_INDEX_URL", raising=False)
     return WheelIndex([folder])
 
 
-def _canary() -> tuple[str, int, str]:
-    """The workflow's three steps: the plan's package and companions, their newest
-    releases, the fixed run with each of them."""
+def _canary(variant: str) -> tuple[str, int, str]:
+    """The workflow's three steps: the plan's package, variant and companions, their newest
+    releases, the variant's run with each of them."""
     plan = reprobox("canary-plan")
     assert plan.returncode == 0, plan.stderr
     include = json.loads(plan.stdout.split("include=", 1)[1])
-    entry = {"repro": "regress", "package": PACKAGE, "with": [COMPANION]}
+    entry = {"repro": "regress", "package": PACKAGE, "variant": variant, "with": [COMPANION]}
     assert entry in include
     newest = reprobox("newest", "--as-pins", PACKAGE, *entry["with"])
     assert newest.returncode == 0, newest.stderr
     pins = newest.stdout.split()
     assert pins[1] == f"{COMPANION}==2.0.0", pins
-    done = reprobox("run", "regress", "--variant", "fixed", *(f"--with={pin}" for pin in pins))
+    done = reprobox("run", "regress", "--variant", variant, *(f"--with={pin}" for pin in pins))
     return pins[0].split("==")[1], done.returncode, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize(
-    "versions, newest, fails",
+    "versions, unfixed, newest, fails",
     [
-        (["1.0.0", "1.1.0", "1.2.0", "1.2.1"], "1.2.1", False),
-        (["1.0.0", "1.1.0", "1.2.0", "1.3.0"], "1.3.0", True),
+        (["1.0.0", "1.1.0", "1.2.0", "1.2.1"], False, "1.2.1", False),
+        (["1.0.0", "1.1.0", "1.2.0", "1.3.0"], False, "1.3.0", True),
+        (["1.0.0", "1.1.0", "1.1.1"], True, "1.1.1", False),
+        (["1.0.0", "1.1.0", "1.2.1"], True, "1.2.1", True),
     ],
-    ids=["still-fixed", "re-introduced"],
+    ids=["still-fixed", "re-introduced", "unfixed-still-broken", "unfixed-fixed-upstream"],
 )
-def test_the_canary_fails_when_the_newest_release_brings_the_bug_back(
+def test_the_canary_fails_when_the_newest_release_changes_the_verdict(
     scratch_root: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     versions: list[str],
+    unfixed: bool,
     newest: str,
     fails: bool,
 ) -> None:
-    with _canary_root(scratch_root, tmp_path, monkeypatch, versions) as index:
+    variant = "broken" if unfixed else "fixed"
+    with _canary_root(scratch_root, tmp_path, monkeypatch, versions, unfixed) as index:
         monkeypatch.setenv("UV_INDEX_URL", index.url)
-        version, code, output = _canary()
+        version, code, output = _canary(variant)
     print(output)  # shown with -s: what the canary job's log shows
     assert version == newest
     if not fails:
         assert code == 0, output
         return
     assert code == 1, output  # an unexpected verdict (docs/cli.md): the job fails
-    cell = f"fixed[{PACKAGE}={newest},{COMPANION}=2.0.0]"
-    line = f"reprobox: error: regress {cell}: reproduced, expected clean"
-    assert line in output, output  # the repro, the variant and the release that broke it
+    cell = f"{variant}[{PACKAGE}={newest},{COMPANION}=2.0.0]"
+    expected = "clean, expected reproduced" if unfixed else "reproduced, expected clean"
+    line = f"reprobox: error: regress {cell}: {expected}"
+    assert line in output, output  # the repro, the variant and the release that changed it

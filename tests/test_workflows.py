@@ -179,12 +179,12 @@ def test_bisect_and_canary_shape() -> None:
     assert "reprobox newest --as-pins" in steps and "upload-artifact" in steps
 
 
-def test_canary_runs_fixed_at_each_newest_pin(tmp_path: Path) -> None:
+def test_canary_runs_the_planned_variant_at_each_newest_pin(tmp_path: Path) -> None:
     """The canary's two steps, run with a stand-in `reprobox` that prints its arguments: the
-    package and its companions become one `--with` each on the fixed variant's run."""
+    package and its companions become one `--with` each on the planned variant's run."""
     steps = _load(ROOT / ".github" / "workflows" / "canary.yml")["jobs"]["canary"]["steps"]
     newest = next(s for s in steps if s.get("id") == "newest")
-    run = next(s for s in steps if "fixed variant" in s.get("name", ""))
+    run = next(s for s in steps if "--variant" in s.get("run", ""))
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "reprobox").write_text(
@@ -200,8 +200,9 @@ def test_canary_runs_fixed_at_each_newest_pin(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     pins = out.read_text().strip().removeprefix("pins=")
     assert pins.split() == ["transformers==9", "accelerate==9", "datasets==9"]
-    env = {"PATH": f"{fake}:/usr/bin:/bin", "REPRO": "ga_grad", "PINS": pins}
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "REPRO": "ga_grad", "VARIANT": "fixed", "PINS": pins}
     done = subprocess.run(["bash", "-e", "-c", run["run"]], env=env, capture_output=True, text=True)
+    assert run["env"]["VARIANT"] == "${{ matrix.variant }}"
     assert done.stdout.split() == ["run", "ga_grad", "--variant", "fixed",
                                    "--with", "transformers==9", "--with", "accelerate==9",
                                    "--with", "datasets==9"], done.stderr  # fmt: skip

@@ -131,7 +131,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     matrix.set_defaults(handler=cmd_ci_matrix)
 
     canary = subparsers.add_parser(
-        "canary-plan", help="(repro, package) pairs for the nightly canary, as JSON"
+        "canary-plan", help="(repro, package, variant) entries for the nightly canary, as JSON"
     )
     canary.set_defaults(handler=cmd_canary_plan)
 

@@ -238,6 +238,9 @@ class TruthSection(_Section):
     last_good: str | None = None
     first_bad: str
     first_fixed: str | None = None  # None: not fixed in any release yet
+    # the upstream issue was still open when the edges were verified, and `broken` runs at
+    # the newest releases: the nightly canary watches for the release that fixes it
+    open: bool = False
     # the package the user reported the bug against, when the culprit is another one
     reported_in: str | None = None
     symptom: Literal["metric", "exception", "value"]
@@ -257,6 +260,8 @@ class TruthSection(_Section):
         edges = [Version(v) for v in (self.last_good, self.first_bad, self.first_fixed) if v]
         if edges != sorted(set(edges)):
             raise ValueError("last_good < first_bad < first_fixed must hold")
+        if self.open and self.first_fixed is not None:
+            raise ValueError("open = true says no release fixed it: leave first_fixed out")
 
     @property
     def cross_package(self) -> bool:

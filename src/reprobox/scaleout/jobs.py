@@ -163,9 +163,18 @@ def github_matrix(
 
 
 def canary_plan(root: Path) -> list[dict[str, Any]]:
-    """(repro, package, with) for the nightly canary: each repro's `fixed` variant against the
-    newest release of each package the bug is about (matrix package axes, bisect package),
-    `with` the other packages `fixed` pins exactly, moved to their newest releases too.
+    """(repro, package, variant, with) for the nightly canary: each repro's `fixed` variant
+    against the newest release of each package the bug is about (matrix package axes, bisect
+    package), `with` the other packages the variant pins exactly, moved to their newest
+    releases too.
+
+    A corpus bug still open upstream (`[truth] open = true`) is watched from the other side:
+    its `broken` variant at the newest releases, expected to reproduce, so the night a release
+    fixes it the job fails with that release (`clean, expected reproduced`) and its `[truth]`
+    gains a `first_fixed`. Its `fixed` pins the last good release, and would reproduce at the
+    newest by design. A corpus bug with no fix in its verified range and not said to be open
+    is left out: its fix, if any, is unknown, and an old script often no longer runs at the
+    newest releases (a `TrainingArguments` without `no_cuda`), an error every night.
 
     A newest release often needs newer companions than the repro pins (transformers 5.25
     needs an accelerate past ga_loss's 1.2.1): run beside the old pins, it is an error, and
@@ -177,18 +186,21 @@ def canary_plan(root: Path) -> list[dict[str, Any]]:
             repro = spec.load(root, name)
         except ReproboxError:
             continue  # a broken repro.toml fails the regular CI, not the canary
-        if "fixed" not in repro.spec.variants:
-            continue
         truth = repro.spec.truth
+        variant = "fixed"
         if truth is not None and truth.first_fixed is None:
-            continue  # a corpus bug no release fixed: its `fixed` is the last good release
+            if not truth.open:
+                continue
+            variant = "broken"
+        if variant not in repro.spec.variants:
+            continue
         packages = list(repro.spec.matrix.packages) if repro.spec.matrix else []
         if repro.spec.bisect is not None:
             packages.append(repro.spec.bisect.package)
-        pinned = _exact_pins(repro.requirements("fixed"))
+        pinned = _exact_pins(repro.requirements(variant))
         for package in dict.fromkeys(packages):
             companions = [p for p in pinned if p not in (canonicalize_name(package), "torch")]
-            plan.append({"repro": name, "package": package, "with": companions})
+            plan.append({"repro": name, "package": package, "variant": variant, "with": companions})
     return plan
 
 
