@@ -88,7 +88,7 @@ def _canary_root(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     versions: list[str],
-    unfixed: bool,
+    open_upstream: bool,
 ) -> WheelIndex:
     folder = tmp_path / "wheels"
     folder.mkdir()
@@ -104,7 +104,7 @@ def _canary_root(
     directory = scratch_root / "repros" / "regress"
     directory.mkdir()
     toml = TOML
-    if unfixed:  # still open upstream: `fixed` is the last good release
+    if open_upstream:  # no release fixed it: `fixed` is the last good release
         toml = toml.replace('first_fixed = "1.2.0"\n', "open = true\n").replace(
             f'pins = ["{PACKAGE}==1.2.0"]', f'pins = ["{PACKAGE}==1.0.0"]'
         )
@@ -132,26 +132,26 @@ def _canary(variant: str) -> tuple[str, int, str]:
 
 
 @pytest.mark.parametrize(
-    "versions, unfixed, newest, fails",
+    "versions, open_upstream, newest, fails",
     [
         (["1.0.0", "1.1.0", "1.2.0", "1.2.1"], False, "1.2.1", False),
         (["1.0.0", "1.1.0", "1.2.0", "1.3.0"], False, "1.3.0", True),
         (["1.0.0", "1.1.0", "1.1.1"], True, "1.1.1", False),
         (["1.0.0", "1.1.0", "1.2.1"], True, "1.2.1", True),
     ],
-    ids=["still-fixed", "re-introduced", "unfixed-still-broken", "unfixed-fixed-upstream"],
+    ids=["still-fixed", "re-introduced", "open-still-broken", "open-fixed-upstream"],
 )
 def test_the_canary_fails_when_the_newest_release_changes_the_verdict(
     scratch_root: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     versions: list[str],
-    unfixed: bool,
+    open_upstream: bool,
     newest: str,
     fails: bool,
 ) -> None:
-    variant = "broken" if unfixed else "fixed"
-    with _canary_root(scratch_root, tmp_path, monkeypatch, versions, unfixed) as index:
+    variant = "broken" if open_upstream else "fixed"
+    with _canary_root(scratch_root, tmp_path, monkeypatch, versions, open_upstream) as index:
         monkeypatch.setenv("UV_INDEX_URL", index.url)
         version, code, output = _canary(variant)
     print(output)  # shown with -s: what the canary job's log shows
@@ -161,6 +161,6 @@ def test_the_canary_fails_when_the_newest_release_changes_the_verdict(
         return
     assert code == 1, output  # an unexpected verdict (docs/cli.md): the job fails
     cell = f"{variant}[{PACKAGE}={newest},{COMPANION}=2.0.0]"
-    expected = "clean, expected reproduced" if unfixed else "reproduced, expected clean"
+    expected = "clean, expected reproduced" if open_upstream else "reproduced, expected clean"
     line = f"reprobox: error: regress {cell}: {expected}"
     assert line in output, output  # the repro, the variant and the release that changed it
