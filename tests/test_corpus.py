@@ -88,7 +88,7 @@ def corpus_problems(root: Path, name: str) -> list[str]:
         problems.append("no README.md with the edge table")
     else:
         shown = edge_table_releases(readme.read_text())
-        for edge in ("last_good", "first_bad", "first_fixed"):
+        for edge in ("last_good", "first_bad", "last_bad", "first_fixed"):
             release = getattr(truth, edge)
             if release and release not in shown:
                 problems.append(f"README.md's table has no row for {edge} {release}")

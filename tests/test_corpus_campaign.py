@@ -102,6 +102,57 @@ def test_each_answer_is_graded_against_the_truth(
     assert answer.grade == grade, answer
 
 
+def _noisy(toml: str) -> str:
+    """The repro judged by a t-test over 10 launches."""
+    return toml.replace(
+        "[verdict]\n", '[verdict]\nrepeats = 10\ntest = "t"\nmetric = "level"\nthreshold = 0.0\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("span", "data", "grade"),
+    [
+        ("breaking", _swept([{"introduced": "1.2.0"}]), "right"),
+        ("breaking", _swept([{"introduced": "1.2.0"}, {"fixed": "1.2.0"}]), "wrong"),
+        ("breaking", _swept([]), "wrong"),  # "no change" over the edge
+        ("breaking", _swept([{"introduced": "1.2.0", "bound": True}]), "refused"),
+        # last bad .. first fixed: the bug began at or before the range, as the truth says
+        ("fixing", _swept([{"introduced": "1.3.0", "bound": True}, {"fixed": "1.4.0"}]),
+         "right"),
+        ("fixing", _swept([{"introduced": "1.3.0", "bound": True}]), "wrong"),  # no fix
+        ("fixing", _swept([{"introduced": "1.4.0", "bound": True}]), "wrong"),
+        ("fixing", _swept([], untested=["1.3.0"]), "refused"),
+    ],
+)  # fmt: skip
+def test_a_noisy_case_sweeps_each_edge_alone(
+    scratch_root: Path, span: str, data: Any, grade: str
+) -> None:
+    """Tens of launches a release: a noisy case with a `last_bad` is swept over each edge's
+    two releases (what the truth claims), not every release between the edges."""
+    base = repro_toml(title="t", pins=("torch==2.13.0", "flagpkg==1.2.0"))
+    write_repro(scratch_root, "case", _noisy(base + TRUTH))
+    plain = corpus.questions(spec.load(scratch_root, "case"))
+    assert [q.label for q in plain] == ["verdicts", "bisect", "sweep"]  # no last_bad: as ever
+    truth = TRUTH.replace('first_fixed = "1.4.0"', 'first_fixed = "1.4.0"\nlast_bad = "1.3.0"')
+    write_repro(scratch_root, "case", base + truth)  # one launch a release: the whole range
+    assert [q.label for q in corpus.questions(spec.load(scratch_root, "case"))][2:] == ["sweep"]
+    write_repro(scratch_root, "case", _noisy(base + truth))
+    asked = corpus.questions(spec.load(scratch_root, "case"))
+    labels = ["verdicts", "bisect", "sweep (breaking edge)", "sweep (fixing edge)"]
+    assert [q.label for q in asked] == labels
+    assert asked[2].args[-3:] == ("--range", ">=1.1.0,<=1.2.0", "--json")
+    assert asked[3].args[-3:] == ("--range", ">=1.3.0,<=1.4.0", "--json")
+    question = next(q for q in asked if q.span == span)
+    assert corpus.grade(question, _reply(data)).grade == grade
+
+
+def test_a_campaign_can_leave_kinds_of_question_out(scratch_root: Path) -> None:
+    """`--questions`: an attribution or a sweep of a noisy case can cost hours."""
+    repro = _repro(scratch_root)
+    assert [q.kind for q in corpus.questions(repro, {"verdicts", "sweep"})] == ["verdicts", "sweep"]
+    assert [q.kind for q in corpus.questions(repro)] == list(corpus.KINDS[:3])
+
+
 BORN_WITH_ITS_FEATURE = TRUTH.replace('last_good = "1.1.0"\n', "")
 
 

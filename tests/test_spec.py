@@ -270,6 +270,9 @@ def test_a_corpus_repro_carries_its_truth_and_its_own_nox_tag(scratch_root: Path
         (('first_bad = "4.48.0"', 'first_bad = "4.48.x"'), "'4.48.x' is not a release"),
         (('symptom = "metric"', 'symptom = "slow"'), "truth.symptom"),
         (('reported_in = "trl"', "open = true"), "open = true says no release fixed it"),
+        (('reported_in = "trl"', 'last_bad = "4.48.1"'), "first_bad <= last_bad < first_fixed"),
+        (('reported_in = "trl"', 'last_bad = "4.47.0"'), "first_bad <= last_bad < first_fixed"),
+        (('first_fixed = "4.48.1"', 'last_bad = "4.48.0"'), "last_bad is the release before"),
     ]
     for change, message in broken:
         write_repro(scratch_root, "x", GOOD + TRUTH.replace(*change))

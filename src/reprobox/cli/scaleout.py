@@ -139,8 +139,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "corpus",
         help="ask every corpus repro the questions its [truth] answers; grade the answers",
         description="For each corpus repro (a repro with a [truth]): its default verdicts, a "
-        "release bisect over a range holding the breaking edge, and a sweep over both edges, "
-        "each asked through this CLI with --json and graded against the truth (right, an "
+        "release bisect over a range holding the breaking edge, a sweep over both edges (a "
+        "noisy case with a [truth] last_bad: a sweep of each edge), and where the culprit is "
+        "another package, the attribution; each asked through this CLI with --json and graded "
+        "against the truth (right, an "
         "honest refusal, or wrong). Writes the table and totals as Markdown. Measured probes "
         "are reused (each bisect and sweep resumes from its log). Exit 1 when any answer is "
         "wrong.",
@@ -151,7 +153,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--cases", type=options.positive_int, default=1, metavar="K",
         help="cases asked at once (default 1)",
     )  # fmt: skip
+    corpus.add_argument(
+        "--questions", type=_question_kinds, default=None, metavar="KIND[,KIND]",
+        help="ask only these kinds (verdicts, bisect, sweep, attribution; default: all); "
+        "the command in the Markdown's header says which",
+    )  # fmt: skip
     corpus.set_defaults(handler=cmd_corpus)
+
+
+def _question_kinds(text: str) -> frozenset[str]:
+    # start-up cost: the campaign loads only when the flag is given
+    from reprobox.scaleout.corpus import KINDS
+
+    kinds = frozenset(k.strip() for k in text.split(",") if k.strip())
+    unknown = sorted(kinds - set(KINDS))
+    if unknown or not kinds:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown) or 'nothing'}: a kind is one of {', '.join(KINDS)}"
+        )
+    return kinds
 
 
 def _axes(args: argparse.Namespace) -> IndexAxes:
@@ -325,17 +345,19 @@ def cmd_corpus(args: argparse.Namespace) -> int:
         raise BadInput(f"not corpus repros (no [truth]): {', '.join(not_corpus)}")
     if not repros:
         raise BadInput("no corpus repro (a repro with a [truth]) under repros/")
+    kinds = args.questions or frozenset(corpus.KINDS)
+    cases = [corpus.questions(r, kinds) for r in repros]
     asker = _Asker()
-    asked = corpus.ask_cases(
-        [corpus.questions(r) for r in repros], asker.ask, args.cases, on_interrupt=asker.stop
-    )
+    asked = corpus.ask_cases(cases, asker.ask, args.cases, on_interrupt=asker.stop)
     out = args.out or root / "docs" / "corpus.md"
     command = "reprobox corpus" + "".join(f" {n}" for n in args.repros)
+    if args.questions:
+        command += " --questions " + ",".join(k for k in corpus.KINDS if k in kinds)
     out.write_text(corpus.markdown(asked, command))
     wrong = [a for a in asked if a.grade == "wrong"]
     for answer in asked:
         q = answer.question
-        print(f"{q.case} {q.kind}: {answer.grade}: {answer.line} ({answer.why})")
+        print(f"{q.case} {q.label}: {answer.grade}: {answer.line} ({answer.why})")
     print(f"corpus: {len(asked)} questions, {len(wrong)} answered wrong; table in {out}")
     return 1 if wrong else 0
 

@@ -238,6 +238,9 @@ class TruthSection(_Section):
     last_good: str | None = None
     first_bad: str
     first_fixed: str | None = None  # None: not fixed in any release yet
+    # the last release before first_fixed that still reproduces: for a noisy case (each
+    # release costs tens of launches) the corpus sweeps each edge alone, not the whole range
+    last_bad: str | None = None
     # the upstream issue was still open when the edges were verified, and `broken` runs at
     # the newest releases: the nightly canary watches for the release that fixes it
     open: bool = False
@@ -246,7 +249,7 @@ class TruthSection(_Section):
     symptom: Literal["metric", "exception", "value"]
     verified: str = Field(min_length=1)  # how the edges were verified: the command, the date
 
-    @field_validator("last_good", "first_bad", "first_fixed")
+    @field_validator("last_good", "first_bad", "first_fixed", "last_bad")
     @classmethod
     def _a_release(cls, value: str | None) -> str | None:
         if value is not None:
@@ -260,6 +263,12 @@ class TruthSection(_Section):
         edges = [Version(v) for v in (self.last_good, self.first_bad, self.first_fixed) if v]
         if edges != sorted(set(edges)):
             raise ValueError("last_good < first_bad < first_fixed must hold")
+        if self.last_bad is not None:
+            last_bad = Version(self.last_bad)
+            if self.first_fixed is None:
+                raise ValueError("last_bad is the release before the fix: give first_fixed")
+            if not Version(self.first_bad) <= last_bad < Version(self.first_fixed):
+                raise ValueError("first_bad <= last_bad < first_fixed must hold")
         if self.open and self.first_fixed is not None:
             raise ValueError("open = true says no release fixed it: leave first_fixed out")
 

@@ -20,11 +20,11 @@ at its first bad release.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -35,6 +35,7 @@ from reprobox.run.installs import lock_path
 
 WAKE_S = 0.2  # how soon the campaign's main thread handles a signal
 QuestionKind = Literal["verdicts", "bisect", "sweep", "attribution"]
+KINDS: tuple[QuestionKind, ...] = get_args(QuestionKind)  # in the order a case asks them
 Grade = Literal["right", "refused", "wrong"]
 
 
@@ -48,6 +49,13 @@ class Question:
     # which edge a bisect is asked for: where the bug came, or (a bug born with its feature,
     # no last good release) where it went
     edge: Literal["breaking", "fixing"] = "breaking"
+    # what a sweep covers: the whole range, or (a noisy case) one edge's two releases
+    span: Literal["range", "breaking", "fixing"] = "range"
+
+    @property
+    def label(self) -> str:
+        """The question as the table names it."""
+        return self.kind if self.span == "range" else f"{self.kind} ({self.span} edge)"
 
 
 @dataclass(frozen=True)
@@ -76,11 +84,16 @@ class Answer:
 Ask = Callable[[Sequence[str]], Reply]
 
 
-def questions(repro: Repro) -> list[Question]:
-    """What the repro's truth answers: its default verdicts, a release bisect over a range
-    holding the breaking edge (the `[bisect]` range when it is over the truth's package,
-    else last good .. first bad), and a sweep over both edges. A bug born with its feature
-    (no last good release) is asked the fixing edge instead (first fixed .. first bad)."""
+def questions(repro: Repro, kinds: Collection[str] = KINDS) -> list[Question]:
+    """What the repro's truth answers, of the `kinds` asked: its default verdicts, a release
+    bisect over a range holding the breaking edge (the `[bisect]` range when it is over the
+    truth's package, else last good .. first bad), a sweep over both edges and, where the
+    culprit is another package, the attribution. A bug born with its feature (no last good
+    release) is asked the fixing edge instead (first fixed .. first bad)."""
+    return [q for q in _questions(repro) if q.kind in kinds]
+
+
+def _questions(repro: Repro) -> list[Question]:
     truth = repro.spec.truth
     if truth is None:
         return []
@@ -110,9 +123,32 @@ def questions(repro: Repro) -> list[Question]:
         verdicts,
         Question(name, "bisect", ("bisect", name, *searched, "--good", good, "--bad", bad,
                                   "--json"), truth),
-        Question(name, "sweep", ("sweep", name, *searched, "--range", f">={good},<={upper}",
-                                 "--json"), truth),
+        *_sweeps(repro, variant, searched, good, upper),
         *([_attribution(repro, variant, truth)] if truth.reported_in else []),
+    ]  # fmt: skip
+
+
+def _sweeps(
+    repro: Repro, variant: str, searched: tuple[str, ...], good: str, upper: str
+) -> list[Question]:
+    """A sweep of every release from `good` to `upper`; for a noisy variant (tens of
+    launches a release) with a `last_bad` in its truth, a sweep of each edge's two releases
+    instead: what the truth claims, at a cost that does not grow with the range."""
+    truth, name = repro.spec.truth, repro.name
+    assert truth is not None
+    if not (repro.noisy(variant) and truth.last_bad and truth.first_fixed):
+        span = f">={good},<={upper}"
+        return [Question(name, "sweep", ("sweep", name, *searched, "--range", span, "--json"),
+                         truth)]  # fmt: skip
+    ends: list[tuple[Literal["breaking", "fixing"], str, str]] = [
+        ("breaking", good, truth.first_bad),
+        ("fixing", truth.last_bad, truth.first_fixed),
+    ]
+    return [
+        Question(name, "sweep", (
+            "sweep", name, *searched, "--range", f">={low},<={high}", "--json"
+        ), truth, span=edge)
+        for edge, low, high in ends
     ]  # fmt: skip
 
 
@@ -309,13 +345,19 @@ def _grade_search(question: Question, data: Any, reply: Reply) -> Answer:
         "introduced": [truth.first_bad],
         "fixed": [truth.first_fixed] * bool(truth.first_fixed),
     }
+    if question.span == "breaking":  # last good .. first bad: no fix inside
+        expected["fixed"] = []
+    elif question.span == "fixing":  # last bad .. first fixed: it began at or before
+        expected["introduced"] = [truth.last_bad or ""]
     # an edge the range cannot see past ("at or before": untested before it) is a fact only
-    # where the truth has nothing before it either (a bug born with its feature)
+    # where the truth has nothing before it either (a bug born with its feature), or where
+    # the question was the fix alone
+    seen_before = not truth.last_good or question.span == "fixing"
     unseen = [
         f"{kind} {e[kind]}"
         for e in found
         for kind in ("introduced", "fixed")
-        if e.get(kind) and e.get("bound") and not (kind == "introduced" and not truth.last_good)
+        if e.get(kind) and e.get("bound") and not (kind == "introduced" and seen_before)
     ]
     if events == expected and not unseen:
         return _answer(question, "right", line, f"events {events}", runs, reply)
@@ -354,7 +396,7 @@ def markdown(answers: Sequence[Answer], command: str) -> str:
     ]
     for a in answers:
         q = a.question
-        cells = [q.case, q.truth.package, q.kind, a.line, a.grade, a.why, str(a.runs),
+        cells = [q.case, q.truth.package, q.label, a.line, a.grade, a.why, str(a.runs),
                  f"{a.cpu_s:.0f}", f"{a.wall_s:.0f}"]  # fmt: skip
         rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     accuracy = totals.accuracy
