@@ -199,3 +199,36 @@ def test_a_sweep_says_when_a_verdict_on_disk_disagrees(tmp_path: Path) -> None:
     assert against.source == f"record {record.dir}"
     assert "verdicts on disk disagree: 4.48.0 is clean (record " in swept.result
     assert "so the map is not certain; introduced at or before 4.47.0" in swept.result
+
+
+@pytest.mark.parametrize("strategy", ["flaky", "shift"])
+def test_a_noisy_searchs_single_launches_are_not_verdicts_against_a_sweep(
+    tmp_path: Path, strategy: str
+) -> None:
+    """A flake-aware or metric search logs each launch as a probe; on a noisy outcome one
+    launch's verdict is a draw (a metric's per-launch rule is a coin flip), so a sweep over
+    the same releases does not call it a disagreement (seen on a real metric: "verdicts on
+    disk disagree ... so the map is not certain" over a map its t-tests got right)."""
+    target = hist_target(tmp_path)
+    earlier = RecordStore(target.results).bisect_dir("hist") / "earlier"
+    earlier.mkdir(parents=True)
+    draws = BisectSummary(
+        kind="release", repro="hist", variant="broken", package="transformers",
+        strategy=strategy,
+        probes=[ProbeEntry(key="4.48.0#1", item="4.48.0", verdict="clean")],
+    )  # fmt: skip
+    (earlier / "summary.json").write_text(draws.model_dump_json())
+
+    def swept() -> BisectSummary:
+        return sweep(
+            target, "transformers", ">=4.47.0,<=4.49.0", transformers_index(),
+            probes=transformers_history().probes,
+        )  # fmt: skip
+
+    quiet = swept()
+    assert quiet.contradictions == [] and "disagree" not in quiet.result, quiet.result
+    # the same launch logged by a plain bisect is a verdict, and is said to disagree
+    plain = draws.model_copy(update={"strategy": "binary"})
+    (earlier / "summary.json").write_text(plain.model_dump_json())
+    loud = swept()
+    assert [c.item for c in loud.contradictions] == ["4.48.0"], loud.result

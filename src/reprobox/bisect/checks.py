@@ -131,6 +131,11 @@ def unique(found: Iterable[Contradiction]) -> list[Contradiction]:
     return kept
 
 
+# a flake-aware or metric search logs each launch as a probe: on a noisy outcome one
+# launch's per-launch verdict is a draw, so it neither agrees nor disagrees with a verdict
+NOISY_STRATEGIES = frozenset({"flaky", "shift"})
+
+
 def verdicts_on_disk(
     target: Target,
     summary: BisectSummary,
@@ -167,6 +172,8 @@ def verdicts_on_disk(
             continue
         if not target.same_overrides(earlier.overrides, earlier.override_commits):
             continue
+        if earlier.strategy in NOISY_STRATEGIES:
+            continue  # each probe one launch of a noisy outcome: a sample, not a verdict
         for probe in earlier.probes:
             if (verdict := probe.outcome) is not None:
                 known.append((probe.item, verdict, f"bisect {earlier.id}"))
