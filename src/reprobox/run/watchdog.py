@@ -133,7 +133,9 @@ def kill(launch: LaunchProcesses, spare: Sequence[int] = ()) -> int:
     orphans when the watchdog looks. Passes repeat until one finds nothing: a process that
     forked while the last pass ran is caught by the next."""
     spared = {os.getpid(), *spare}
-    killed = 0
+    # by identity: a process still dying (killed, not yet a zombie) when the next pass looks
+    # is sent the signal again but counted once
+    killed: set[tuple[int, float]] = set()
     for _ in range(5):
         children: dict[int, list[psutil.Process]] = {}
         doomed: dict[int, psutil.Process] = {}
@@ -155,11 +157,11 @@ def kill(launch: LaunchProcesses, spare: Sequence[int] = ()) -> int:
             started = proc.info.get("create_time")
             if started is not None and send(proc.pid, started, signal.SIGKILL):
                 found += 1
-        killed += found
+                killed.add((proc.pid, started))
         if not found:
             break
         time.sleep(0.05)
-    return killed
+    return len(killed)
 
 
 # Engines whose containers a watchdog may remove, and how (quiet when already gone).
