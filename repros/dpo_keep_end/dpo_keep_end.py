@@ -3,10 +3,11 @@
 Reproduces huggingface/trl#3382 ("keep_end + max_length causes NaNs in trainer_state.json":
 with trl 0.16.0, the short answers of a batch end up all padding, with an all-zero loss mask).
 trl 0.14.0 (huggingface/trl#2551, "Reintroduce `truncation_mode` in `DPOTrainer`") made
-`concatenated_forward` truncate by `truncation_mode`: each batch's prompt + completion rows are flushed left (real tokens at
-the start, padding at the end) and then, with the default `truncation_mode="keep_end"`, cut to
-the LAST `max_length` columns: `input_ids[:, -max_length:]`. When one row of the batch is longer
-than `max_length`, every shorter row loses its beginning and, if it is short enough, all of its
+`concatenated_forward` truncate by `truncation_mode`: each batch's prompt + completion rows are
+flushed left (real tokens at the start, padding at the end) and then, with the default
+`truncation_mode="keep_end"`, cut to the LAST `max_length` columns:
+`input_ids[:, -max_length:]`. When one row of the batch is longer than `max_length`, every shorter
+row loses its beginning and, if it is short enough, all of its
 real tokens: only padding is left, its log-probabilities are 0 under both the policy and the
 reference, its DPO loss is the constant ln 2 and it gives no gradient. The short pairs of
 every batch that holds one long pair are silently lost. huggingface/trl#3398 (first released in
@@ -165,8 +166,12 @@ def held_out_loss(model, reference, pairs) -> float:
     prompts, chosen, rejected = pairs
     model.eval()
     with torch.no_grad():
-        margin = completion_logps(model, prompts, chosen) - completion_logps(model, prompts, rejected)
-        ref = completion_logps(reference, prompts, chosen) - completion_logps(reference, prompts, rejected)
+        margin = completion_logps(model, prompts, chosen) - completion_logps(
+            model, prompts, rejected
+        )
+        ref = completion_logps(reference, prompts, chosen) - completion_logps(
+            reference, prompts, rejected
+        )
         return float(-F.logsigmoid(BETA * (margin - ref)).mean())
 
 
