@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from reprobox.core.settings import Settings
-from reprobox.envs import locks, uv, venvs
+from reprobox.envs import intact, locks, uv, venvs
 
 
 def test_input_hash_ignores_order_but_not_content() -> None:
@@ -147,6 +147,72 @@ def test_check_env_reads_quoted_record_paths(tmp_path: Path) -> None:
     assert venvs.check_env(tmp_path, LOCK_TEXT) == "six lost odd,name.py"
     (site / "odd,name.py").write_text("")
     assert venvs.check_env(tmp_path, LOCK_TEXT) is None
+
+
+def _ready_fake_env(root: Path) -> tuple[Path, Path]:
+    """A fake venv marked ready for LOCK_TEXT: (its site-packages, its lock file)."""
+    env = root / "env"
+    site = _fake_env(
+        env,
+        {
+            "six": ("1.16.0", ["six.py"]),
+            "torch": (
+                "2.13.0+cpu",
+                ["torch/__init__.py", "torch/nn/modules/linear.py", "../../../bin/torchrun"],
+            ),
+        },
+    )
+    (env / "bin" / "torchrun").write_text("")
+    (env / venvs.READY_MARKER).write_text(LOCK_TEXT)
+    lock = root / "lock.txt"
+    lock.write_text(LOCK_TEXT)
+    return site, lock
+
+
+def test_a_later_run_trusts_a_checked_environment_until_a_folder_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The full check (a stat of every module) runs once; later processes compare folder
+    ctimes, and a file lost anywhere the check looked sends them back to the full check."""
+    site, lock = _ready_fake_env(tmp_path)
+    env = tmp_path / "env"
+    monkeypatch.setattr(intact, "RACY_NS", 0)  # the fake's folders are only just written
+    assert venvs.ready_problem(env, lock) is None
+    assert intact.note_path(env).is_file()
+    full = []
+    monkeypatch.setattr(venvs, "check_env", lambda *a, **k: full.append(a) or "checked")
+    venvs._CHECKED.clear()  # another harness process
+    assert venvs.ready_problem(env, lock) is None and not full  # trusted: no full check
+    monkeypatch.undo()
+    for lost in ("torch/nn/modules/linear.py", "../../../bin/torchrun"):
+        (site / lost).unlink()
+        venvs._CHECKED.clear()
+        assert venvs.ready_problem(env, lock) == f"torch lost {Path(lost)}"
+        (site / lost).write_text("")
+    (site / "Extra-1.0.dist-info").mkdir()  # a distribution added by hand
+    venvs._CHECKED.clear()
+    assert venvs.ready_problem(env, lock) == "extra installed but not in the lock"
+
+
+def test_a_changed_lock_or_marker_or_a_recent_change_is_checked_in_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site, lock = _ready_fake_env(tmp_path)
+    env = tmp_path / "env"
+    assert venvs.ready_problem(env, lock) is None
+    assert not intact.note_path(env).exists()  # its folders changed within the last second
+    monkeypatch.setattr(intact, "RACY_NS", 0)
+    venvs._CHECKED.clear()
+    assert venvs.ready_problem(env, lock) is None and intact.note_path(env).is_file()
+    stamp = (env / venvs.READY_MARKER).stat().st_mtime
+    assert intact.unchanged(env, stamp, LOCK_TEXT)
+    assert not intact.unchanged(env, stamp + 1, LOCK_TEXT)  # the environment was rebuilt
+    assert not intact.unchanged(env, stamp, LOCK_TEXT + "# more\n")  # another lock
+    intact.note_path(env).write_text("{not json")
+    assert not intact.unchanged(env, stamp, LOCK_TEXT)
+    shutil.rmtree(site / "torch" / "nn")  # a whole folder gone: its parent changed
+    venvs._CHECKED.clear()
+    assert venvs.ready_problem(env, lock) == "torch lost torch/nn/modules/linear.py"
 
 
 @pytest.mark.e2e

@@ -1,5 +1,5 @@
 import sys
 
-from reprobox.cli.main import main
+from reprobox.cli.main import program
 
-sys.exit(main())
+sys.exit(program())

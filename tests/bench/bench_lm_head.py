@@ -1,5 +1,6 @@
 """lm_head: wall time of all default variants with warm environments, the harness's
-overhead against running the same launcher command by hand, and the floor under it: the
+overhead against running the same launcher command by hand (and its own seconds: a run's
+wall time less its launch's, free of the launch's spread), and the floor under it: the
 imports `reprobox run` needs before it can read a repro.toml (pydantic, packaging and the
 spec's models), which no run can skip.
 
@@ -52,6 +53,9 @@ def main() -> None:
         for _ in range(times)
     ]
     harness = summarize([h for h, _ in pairs])
+    # The harness's own seconds, without the launch's spread: a run's wall time less the
+    # launch's own (its record's wall_s, from before the launcher starts to after it ended).
+    own = summarize([own_seconds(single, env, results) for _ in range(max(times, 9))])
     by_hand = summarize([b for _, b in pairs])
     overhead = harness["median_s"] / by_hand["median_s"] - 1
     # The floor: a bare interpreter against one that imports what `reprobox run` imports
@@ -71,12 +75,21 @@ def main() -> None:
         "one_variant_via_harness": harness,
         "one_variant_launcher_by_hand": by_hand,
         "harness_overhead": f"{overhead:+.1%}",
+        "harness_own_s": own,
+        "own_over_by_hand": f"{own['median_s'] / by_hand['median_s']:+.1%}",
         "python_start": bare,
         "run_command_imports": run_path,
         "spec_imports": spec_only,
         "floor_over_by_hand": over_by_hand(spec_only),
         "run_imports_over_by_hand": over_by_hand(run_path),
     })  # fmt: skip
+
+
+def own_seconds(cmd: list[str], env: dict[str, str], results: Path) -> float:
+    """One run's wall seconds less its launch's, as its newest record has them."""
+    wall = timed(cmd, env=env)
+    newest = max(results.glob("lm_head/*/*/record.json"), key=lambda p: p.stat().st_mtime)
+    return wall - json.loads(newest.read_text())["wall_s"]
 
 
 if __name__ == "__main__":

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -76,6 +74,11 @@ class SimpleIndex:
         fresh = cached.is_file() and time.time() - cached.stat().st_mtime < CACHE_TTL_S
         if fresh and not self.refresh:
             return _object(json.loads(cached.read_text()))
+        # start-up cost: the HTTP client (urllib, http.client, ssl: about 10 ms) loads when
+        # a page is fetched, not on every `reprobox run` that builds an index it never reads
+        import urllib.error
+        import urllib.request
+
         request = urllib.request.Request(f"{self.url}/{name}/", headers={"Accept": ACCEPT})
         try:
             with urllib.request.urlopen(request, timeout=60) as response:

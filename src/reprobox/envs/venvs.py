@@ -39,7 +39,7 @@ from packaging.version import InvalidVersion, Version
 
 from reprobox.core.errors import EnvError
 from reprobox.core.settings import Settings
-from reprobox.envs import locks, torch_source, wheelhouse
+from reprobox.envs import intact, locks, torch_source, wheelhouse
 from reprobox.envs.uv import run_uv, uv_bin
 
 READY_MARKER = ".reprobox-ready"
@@ -267,9 +267,15 @@ def ready_problem(path: Path, lock: Path) -> str | None:
         return _NOT_READY
     if (path, stamp) in _CHECKED:
         return None
-    problem = check_env(path, lock.read_text())
+    lock_text = lock.read_text()
+    if intact.unchanged(path, stamp, lock_text):  # no folder changed since a passing check
+        _CHECKED.add((path, stamp))
+        return None
+    folders: dict[str, int] = {}
+    problem = check_env(path, lock_text, folders)
     if problem is None:
         _CHECKED.add((path, stamp))
+        intact.remember(path, stamp, lock_text, folders)
     return problem
 
 
@@ -321,15 +327,19 @@ def installed(site: Path) -> dict[NormalizedName, tuple[Version | None, Path]]:
     return found
 
 
-def check_env(path: Path, lock_text: str) -> str | None:
+def check_env(path: Path, lock_text: str, folders: dict[str, int] | None = None) -> str | None:
     """Why the venv at `path` no longer holds what `lock_text` installs, in a few words, or
     None: every pinned distribution installed at its pinned version, nothing else, and every
     module their RECORDs list still there (a lost one would otherwise be an ImportError on
-    every run). Costs a directory listing and a stat per installed module (about 50 ms for a
-    torch environment; its 10,000 headers are not looked at)."""
+    every run). Costs a directory listing and a stat per installed module (about 40 ms for a
+    torch environment; its 10,000 headers are not looked at). `folders` gets the ctime of
+    each folder holding them (relative to `path`), each taken before its files are stat'ed:
+    what `intact` trusts later."""
     site = site_packages(path)
     if site is None:
         return "it has no site-packages folder"
+    seen = _Folders(path, site, folders)
+    seen.add("")  # before its listing: a distribution added or renamed changes it
     pins = lock_pins(lock_text)
     have = installed(site)
     missing = sorted(name for name in pins if name not in have)
@@ -346,24 +356,43 @@ def check_env(path: Path, lock_text: str) -> str | None:
     if extra:
         return f"{_few(extra)} installed but not in the lock"
     for name, (_, dist_info) in sorted(have.items()):
-        lost = _lost_files(site, dist_info)
+        lost = _lost_files(site, dist_info, seen)
         if lost:
             return f"{name} lost {lost}"
     return None
 
 
-def _lost_files(site: Path, dist_info: Path) -> str | None:
+class _Folders:
+    """The ctimes `check_env` hands back: each folder's, taken the first time it is named."""
+
+    def __init__(self, env: Path, site: Path, into: dict[str, int] | None) -> None:
+        self._site, self._into = str(site), into
+        self._prefix = os.path.relpath(site, env)
+
+    def add(self, folder: str) -> None:
+        if self._into is None:
+            return
+        key = os.path.normpath(os.path.join(self._prefix, folder))
+        if key not in self._into:
+            self._into[key] = intact.ctime_ns(os.path.join(self._site, folder))
+
+
+def _lost_files(site: Path, dist_info: Path, seen: _Folders) -> str | None:
     """The first file a distribution's RECORD lists that is gone (or the RECORD itself)."""
     base = str(site)
     try:
         text = (dist_info / "RECORD").read_text(errors="replace")
     except OSError:
         return f"{dist_info.name}/RECORD"
+    listed = []
     for line in text.splitlines():
         # RECORD is CSV: path,hash,size; a path with a comma is quoted (rare: then parsed).
         relative = line.rsplit(",", 2)[0] if not line.startswith('"') else _csv_path(line)
-        if not relative.endswith(IMPORTED) and not relative.startswith("../"):
-            continue  # headers and data: a lost one fails loudly where it is used
+        if relative.endswith(IMPORTED) or relative.startswith("../"):
+            listed.append(relative)  # not headers and data: a lost one fails where it is used
+    for folder in {os.path.dirname(relative) for relative in listed}:
+        seen.add(folder)  # before its files: a file lost after the stat changes its ctime
+    for relative in listed:
         try:
             os.stat(os.path.join(base, relative))
         except FileNotFoundError:
