@@ -21,6 +21,11 @@ partitions that put unluckily low releases before the change (a larger apparent 
 1 and 3 of 300 simulated searches (shared and own spreads). With the spread plugged in per
 hypothesis, the shift's integral is a Student-t mass.
 
+The values enter that model as normal scores of their ranks among all values so far
+(`_scores`), not as they are: a metric with heavier tails than normal otherwise made it
+certain of a wrong release (see docs/noise.md). The levels the answer reports are the values'
+own.
+
 Probes come in batches (`batch` launches of one item, chosen from the estimated shift so one
 batch's mean tells about a third of a bit): the next item is the one the posterior is least
 sure of being before or after the change (probabilistic bisection), unless one side holds too
@@ -37,6 +42,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Generic, TypeVar
 
 from reprobox.bisect.flaky import check_search
@@ -54,6 +60,7 @@ FIRST_BATCH = 5  # launches at each end before anything else: a level and a spre
 RANK_FLOOR = 0.5  # where the culprits' shift prior starts, as a share of the smallest shift
 MIN_SPLIT = 3  # samples each segment needs before its own spread is read (else: shared)
 MIN_SIDE = 8  # samples each side of a claimed boundary needs (a claim is never made on a few)
+_NORMAL = NormalDist()
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,30 @@ class ShiftAnswer(Generic[T]):
         if self.before is None or self.after is None or not self.sd:
             return None
         return (self.after.mean - self.before.mean) / self.sd
+
+
+def _scores(values: list[list[float]]) -> _Sums:
+    """Every item's values replaced by their normal scores among all values so far (Blom's
+    (r - 3/8) / (n + 1/4), tied values sharing their mean rank), as per-item sums. The
+    posterior reads these, not the values: its Gaussian likelihood, fed a metric with
+    heavier tails than normal (t with 3 degrees of freedom, as transformers' eval-loss gap
+    in the corpus has), was certain of a wrong release in 6 to 21% of simulated searches,
+    an outlier in a release of few launches moving its mean; a score is bounded by its rank.
+    On normal data the scores are the values standardized, to within sampling error."""
+    flat = sorted((value, index) for index, row in enumerate(values) for value in row)
+    total = len(flat)
+    sums = _Sums(len(values))
+    start = 0
+    while start < total:
+        end = start
+        while end + 1 < total and flat[end + 1][0] == flat[start][0]:
+            end += 1
+        rank = (start + end) / 2 + 1
+        score = _NORMAL.inv_cdf((rank - 0.375) / (total + 0.25))
+        for _, index in flat[start : end + 1]:
+            sums.add(index, score)
+        start = end + 1
+    return sums
 
 
 class _Sums:
@@ -349,7 +380,8 @@ def shift_search(
     log_prior = [math.log(prior_no_change)]
     log_prior += [math.log((1 - prior_no_change) / (size - 1))] * (size - 1)
     where = {item: i for i, item in enumerate(items)}
-    sums = _Sums(size)
+    sums = _Sums(size)  # the values themselves: the levels the answer reports
+    kept: list[list[float]] = [[] for _ in range(size)]  # ranked for the posterior
     allowed = [True] * size
     tries = [0] * size
     seen: list[Sample[T]] = []
@@ -361,6 +393,7 @@ def shift_search(
             allowed[index] = False
         else:
             sums.add(index, value)
+            kept[index].append(value)
 
     for item, value in observations:
         if item not in where:
@@ -368,7 +401,8 @@ def shift_search(
         take(where[item], value)
     rng = random.Random(seed)
     while True:
-        w = _posterior(sums, log_prior, min_effect)
+        scores = _scores(kept)
+        w = _posterior(scores, log_prior, min_effect)
         if _claim(sums, w, confidence) or len(seen) >= max_runs or not any(allowed):
             break
         left = max_runs - len(seen)
@@ -377,7 +411,7 @@ def shift_search(
             if allowed[end] and sums.n[end] < FIRST_BATCH:
                 jobs += [end] * (FIRST_BATCH - sums.n[end])
         if not jobs:
-            effect = _effect(sums, w, size)
+            effect = _effect(scores, w, size)
             per = batch_size(effect, min_effect)
             for pick in _choose(sums, w, allowed, size, workers, rng):
                 jobs += [pick] * per
