@@ -83,13 +83,15 @@ def summarize(context: Context[T], outcome: Outcome[T]) -> BisectSummary:
 
 def _assumption(context: Context[T], outcome: Outcome[T], answer: ShiftAnswer[T]) -> str:
     """What the posterior rests on: one shift of the mean at most, of at least min_shift sd,
-    normal samples with one spread, how much of the range it probed."""
+    launches independent of each other (their values read by rank: no shape assumed), how
+    much of the range it probed."""
     question = context.question
     probed = len(answer.levels)
     extra = (
         f"assuming at most one shift of the mean between {question.ends[0]} and "
         f"{question.ends[1]}, a shift under {answer.min_effect:g} sd counting as none, and "
-        f"roughly normal samples; {probed} of {len(question.candidates)} {question.noun}s probed"
+        "launches independent of each other (their values read by rank); "
+        f"{probed} of {len(question.candidates)} {question.noun}s probed"
     )
     skipped = [item for item, value in answer.observations if value is None]
     if skipped:
