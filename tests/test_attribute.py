@@ -29,23 +29,41 @@ INDEX = FakeIndex({n: [Release(Version(v)) for v in RELEASES] for n in ("alpha",
 Rule = Callable[[dict[str, str], int], Verdict | None]
 
 
-class Fake:
-    """Probes whose verdict is `rule(pins, attempt)`; each run is counted."""
+Resolve = Callable[[dict[str, str]], dict[str, str]]
 
-    def __init__(self, rule: Rule) -> None:
-        self.rule = rule
+
+def _newest(pins: dict[str, str]) -> dict[str, str]:
+    """A resolver whose every choice goes: a floating package takes its range's top."""
+    return {n: v.rsplit("<=", 1)[-1] if v.startswith(">") else v for n, v in pins.items()}
+
+
+class Fake:
+    """Probes whose verdict is `rule(pins, attempt)` (a string: the launch fails with it);
+    each run is counted. `resolve` stands in for the resolver: a step's exact versions, its
+    ranges (a package left floating) chosen."""
+
+    def __init__(
+        self, rule: Callable[..., Verdict | str | None], resolve: Resolve = _newest
+    ) -> None:
+        self.rule, self.resolve = rule, resolve
         self.runs: list[tuple[Step, int]] = []
 
     def run(self, step: Step, attempt: int) -> Outcome:
         self.runs.append((step, attempt))
-        verdict = self.rule(dict(step), attempt)
+        verdict = self.rule(self.versions(step), attempt)
         if verdict is None:
             return Outcome("skip", reason="cannot install: no solution", wall_s=0.1)
-        return Outcome("verdict", verdict, wall_s=1.0)
+        if isinstance(verdict, Verdict):
+            return Outcome("verdict", verdict, wall_s=1.0)
+        return Outcome("error", reason=verdict, wall_s=1.0)
+
+    def versions(self, step: Step) -> dict[str, str]:
+        return self.resolve(dict(step))
 
     @property
     def probes(self) -> Probes[Step]:
-        return Probes(run=self.run, env_key=lambda step: repr(step))
+        env_key = lambda step: repr(sorted(self.versions(step).items()))  # noqa: E731
+        return Probes(run=self.run, env_key=env_key, versions=self.versions)
 
 
 def _details(summary: BisectSummary) -> AttributionDetails:
@@ -55,12 +73,18 @@ def _details(summary: BisectSummary) -> AttributionDetails:
 
 
 def _ask(
-    tmp_path: Path, rule: Rule, start: dict[str, str] = START, end: dict[str, str] = END
+    tmp_path: Path,
+    rule: Callable[..., Verdict | str | None],
+    start: dict[str, str] = START,
+    end: dict[str, str] = END,
+    *,
+    resolve: Resolve = _newest,
+    index: FakeIndex = INDEX,
 ) -> tuple[BisectSummary, Fake]:
-    fake = Fake(rule)
+    fake = Fake(rule, resolve)
     target = hist_target(tmp_path)
     summary = attribute(
-        target, start, end, labels=("a.txt", "b.txt"), index=INDEX,
+        target, start, end, labels=("a.txt", "b.txt"), index=index,
         log_path=tmp_path / "log.jsonl", probes=fake.probes,
     )  # fmt: skip
     return summary, fake
@@ -141,11 +165,126 @@ def test_a_set_that_cannot_install_is_a_skip_not_an_answer(tmp_path: Path) -> No
             return None  # gamma 2.0 needs beta 2.0: gamma's change alone cannot be tested
         return R if pins["gamma"] == "2.0" else C
 
-    summary, _ = _ask(tmp_path / "hidden", hidden)
-    # beta may not matter, but nothing measured says so: both named, as a set, no release
+    def resolver(pins: dict[str, str]) -> dict[str, str]:
+        chosen = _newest(pins)  # but a floating gamma backs off to 1.3 beside beta 1.0
+        if pins["gamma"].startswith(">") and chosen["beta"] == "1.0":
+            chosen["gamma"] = "1.3"
+        return chosen
+
+    summary, _ = _ask(tmp_path / "hidden", hidden, resolve=resolver)
+    # gamma's change cannot be tested alone, but its releases can, beta left to the
+    # resolver (2.0 throughout): gamma's edge is its own, and beta's moved gamma to 2.0
+    assert (summary.status, summary.package, summary.first) == ("found", "gamma", "2.0")
+    assert _details(summary).culprit == ["beta 1.0 -> 2.0", "gamma 1.0 -> 2.0"]
+    assert _details(summary).held == {"beta": "2.0"}
+
+    # where no release of either tells them apart, both are named, as a set, no release
+    summary, _ = _ask(tmp_path / "hidden-all", hidden, resolve=lambda pins: {
+        **_newest(pins), **{n: "1.0" for n, v in pins.items() if v.startswith(">")},
+    })  # fmt: skip
     assert summary.status == "ambiguous" and summary.package is None
     assert _details(summary).culprit == ["beta 1.0 -> 2.0", "gamma 1.0 -> 2.0"]
     assert summary.result.startswith("culprit among: beta 1.0 -> 2.0 together with gamma")
+
+
+# The shape of transformers 5 and huggingface-hub 1: `tf` from 5.0rc0 on needs `hub` >= 1.0,
+# and 4.0 refuses it, so neither's change installs alone; the flip is tf's own, at 5.0rc1.
+PAIR_START, PAIR_END = (
+    {"tf": "4.0", "hub": "0.9", "x": "1.0"},
+    {"tf": "5.0", "hub": "1.2", "x": "1.1"},
+)
+PAIR_INDEX = FakeIndex({
+    "tf": [Release(Version(v)) for v in ("4.0", "5.0rc0", "5.0rc1", "5.0")],
+    "hub": [Release(Version(v)) for v in ("0.9", "1.0", "1.1", "1.2")],
+    "x": [Release(Version(v)) for v in ("1.0", "1.1")],
+})  # fmt: skip
+
+
+def _new_tf(version: str) -> bool:
+    return Version(version) >= Version("5.0rc0")
+
+
+def _pair_resolve(pins: dict[str, str]) -> dict[str, str]:
+    """The resolver: a floating hub takes the newest its tf allows, a floating tf the newest
+    final release its hub allows; exact pins that do not go together stay as they are (the
+    rule skips them: no solution)."""
+    chosen = dict(pins)
+    if chosen["hub"].startswith(">"):
+        chosen["hub"] = "1.2" if _new_tf(chosen["tf"]) else "0.9"
+    if chosen["tf"].startswith(">"):
+        chosen["tf"] = "5.0" if Version(chosen["hub"]) >= Version("1.0") else "4.0"
+    return chosen
+
+
+def _pair_rule(broken_from: str, failing: tuple[str, ...] = ()) -> Rule:
+    def rule(pins: dict[str, str], attempt: int) -> Verdict | str | None:
+        if _new_tf(pins["tf"]) != (Version(pins["hub"]) >= Version("1.0")):
+            return None  # no solution: tf 5 needs hub 1, tf 4 refuses it
+        if pins["tf"] in failing:
+            return "ValueError: Your setup doesn't support bf16"
+        return R if Version(pins["tf"]) >= Version(broken_from) else C
+
+    return rule
+
+
+def test_a_pair_that_installs_only_together_is_told_apart_by_a_release_between(
+    tmp_path: Path,
+) -> None:
+    summary, _ = _ask(
+        tmp_path, _pair_rule("5.0rc1"), PAIR_START, PAIR_END,
+        resolve=_pair_resolve, index=PAIR_INDEX,
+    )  # fmt: skip
+    details = _details(summary)
+    assert (summary.status, summary.package, summary.first) == ("found", "tf", "5.0rc1")
+    assert summary.last_start == "5.0rc0" and details.held == {"hub": "1.2"}
+    assert details.culprit == ["hub 0.9 -> 1.2", "tf 4.0 -> 5.0"]
+    # hub's own edge moved tf too; tf's held hub: the flip is tf's
+    assert details.split_tries == [
+        "hub: its edge 0.9 -> 1.0 moved tf 4.0 -> 5.0 too",
+        "tf: its edge 5.0rc0 -> 5.0rc1 with hub at 1.2 on both sides",
+    ]
+    assert summary.result.startswith(
+        "culprit: tf 5.0rc1 (its release flips broken from clean to reproduced with hub at "
+        "1.2 on both sides of it; hub 0.9 -> 1.2 and tf 4.0 -> 5.0 could only be installed "
+        "together; 3 packages differ between the ends; "
+    )
+
+    # a flip that needs both (tf's release and hub's) is never split: ambiguous, as before
+    def both(pins: dict[str, str], attempt: int) -> Verdict | None:
+        if _new_tf(pins["tf"]) != (Version(pins["hub"]) >= Version("1.0")):
+            return None
+        return R if pins["tf"] == "5.0" and pins["hub"] == "1.2" else C
+
+    summary, _ = _ask(
+        tmp_path / "both", both, PAIR_START, PAIR_END, resolve=_pair_resolve, index=PAIR_INDEX
+    )
+    # each has an edge of its own with the other held: an interaction, no one package
+    assert summary.status == "ambiguous" and summary.package is None
+    assert _details(summary).split_tries == [
+        "hub: its edge 1.1 -> 1.2 with tf at 5.0 on both sides",
+        "tf: its edge 5.0rc1 -> 5.0 with hub at 1.2 on both sides",
+    ]
+
+
+def test_a_pair_whose_releases_between_fail_stays_among_with_each_try_said(
+    tmp_path: Path,
+) -> None:
+    """sft_default_dtype's shape: the releases that would split the pair cannot run the
+    script (transformers 5.0.0rc0 and rc1 with trl 0.19.1 on CPU), so the pair stays named
+    together, and the line says what each try found."""
+    summary, _ = _ask(
+        tmp_path, _pair_rule("5.0rc1", failing=("5.0rc0", "5.0rc1")), PAIR_START, PAIR_END,
+        resolve=_pair_resolve, index=PAIR_INDEX,
+    )  # fmt: skip
+    tries = _details(summary).split_tries
+    assert summary.status == "ambiguous" and summary.package is None and summary.first is None
+    assert tries[0] == "hub: its edge 0.9 -> 1.0 moved tf 4.0 -> 5.0 too"
+    assert tries[1].startswith("tf: probe hub floated,tf==5.0rc0 failed (ValueError")
+    assert summary.result.startswith(
+        "culprit among: hub 0.9 -> 1.2 together with tf 4.0 -> 5.0 (their changes together "
+        "flip broken from clean to reproduced; a smaller set could not be installed to test; "
+        "hub: its edge 0.9 -> 1.0 moved tf 4.0 -> 5.0 too; tf: probe hub floated,tf==5.0rc0 "
+    )
 
 
 def test_an_end_that_lies_when_launched_again_is_named_as_noise(tmp_path: Path) -> None:

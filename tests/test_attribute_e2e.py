@@ -23,6 +23,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("tests/test_attribute_e2e
 FLIP, OTHER = "reprobox-flip", "reprobox-bystander"
 FLIP_VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]  # reproduces from 1.2.0 on
 OTHER_VERSIONS = ["1.0.0", "2.0.0"]  # changes too, and changes nothing
+# A pair that installs only together, as transformers 5 and huggingface-hub 1 do: flip 1.5.0
+# refuses bystander 3, flip 3.0.0 and its rc's need it; the flag is on from 3.0.0rc2.
+PAIR_FLIP = {
+    "1.5.0": (0, "<3"), "3.0.0rc1": (0, ">=3"), "3.0.0rc2": (1, ">=3"), "3.0.0": (1, ">=3"),
+}  # fmt: skip
+PAIR_OTHER = ["3.0.0", "3.1.0"]
 
 TOML = f"""\
 [repro]
@@ -66,7 +72,10 @@ def flip_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         flag = int(version >= "1.2.0")
         init = f"VERSION = {version!r}\nFLAG = {flag}\n"
         write_wheel(folder, FLIP, version, {"flippkg/__init__.py": init})
-    for version in OTHER_VERSIONS:
+    for version, (flag, other) in PAIR_FLIP.items():
+        init = f"VERSION = {version!r}\nFLAG = {flag}\n"
+        write_wheel(folder, FLIP, version, {"flippkg/__init__.py": init}, (f"{OTHER}{other}",))
+    for version in OTHER_VERSIONS + PAIR_OTHER:
         write_wheel(folder, OTHER, version, {"bystanderpkg/__init__.py": f"V = {version!r}\n"})
     with WheelIndex([folder]) as index:
         yield index.url
@@ -113,6 +122,33 @@ def test_attribute_names_the_package_and_its_release(flip_root: Path) -> None:
     assert (summary["kind"], details["package"], summary["first"]) == ("attribution", FLIP, "1.2.0")
     assert details["culprit"] == [f"{FLIP} 1.0.0 -> 1.3.0"] and doc["version"] == 2
     assert summary["launched"] == 0 and all(p["resumed"] for p in summary["probes"])
+
+
+def test_attribute_tells_apart_a_pair_that_installs_only_together(flip_root: Path) -> None:
+    """Neither package's change installs without the other's, so delta debugging stops at
+    the pair; the flip's own releases, the bystander left to uv, name its pre-release."""
+    before, after = flip_root / "before.txt", flip_root / "after.txt"
+    before.write_text(f"{FLIP}==1.5.0\n{OTHER}==2.0.0\n")
+    after.write_text(f"{FLIP}==3.0.0\n{OTHER}==3.1.0\n")
+    done = _attribute("--from", str(before), "--to", str(after), "--json")
+    assert done.returncode == ExitCode.OK, done.stderr
+    summary = json.loads(done.stdout)["summary"]
+    details = summary["details"]
+    print(summary["result"])  # shown with -s
+    assert (details["package"], summary["first"], summary["last_start"]) == (
+        FLIP, "3.0.0rc2", "3.0.0rc1",
+    )  # fmt: skip
+    assert details["held"] == {OTHER: "3.1.0"}
+    assert details["split_tries"] == [
+        f"{OTHER}: its edge 2.0.0 -> 3.0.0 moved {FLIP} 1.5.0 -> 3.0.0 too",
+        f"{FLIP}: its edge 3.0.0rc1 -> 3.0.0rc2 with {OTHER} at 3.1.0 on both sides",
+    ]
+    assert summary["result"].startswith(
+        f"culprit: {FLIP} 3.0.0rc2 (its release flips broken from clean to reproduced with "
+        f"{OTHER} at 3.1.0 on both sides of it; "
+    )
+    # the exact pin sets of one change alone could not be installed: skips, not verdicts
+    assert any(p["skip"] for p in summary["probes"])
 
 
 def test_attribute_refuses_ends_alike_and_bad_ends(flip_root: Path) -> None:

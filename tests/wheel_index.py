@@ -25,14 +25,18 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"  # PEP 691
 
 
-def write_wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> Path:
-    """A pure-Python wheel of `files` (path in the wheel -> text), byte-identical every time
-    (fixed zip dates): the one builder of the tests' fake packages."""
+def write_wheel(
+    folder: Path, name: str, version: str, files: dict[str, str], requires: tuple[str, ...] = ()
+) -> Path:
+    """A pure-Python wheel of `files` (path in the wheel -> text) that needs `requires`,
+    byte-identical every time (fixed zip dates): the one builder of the tests' fake
+    packages."""
     stem = f"{name.replace('-', '_')}-{version}"
     info = f"{stem}.dist-info"
+    needs = "".join(f"Requires-Dist: {r}\n" for r in requires)
     files = {
         **files,
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{needs}",
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
         "Tag: py3-none-any\n",
     }

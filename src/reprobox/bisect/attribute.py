@@ -7,7 +7,12 @@ changes applied, resolved exactly (a set that cannot install is a skip: cannot t
 the ends are checked (as a bisect checks them: launched again before they are blamed), delta
 debugging (`search.ddmin`) narrows the changes to the fewest that still flip the verdict; a
 single package's change is then bisected over that package's releases, the other pins held
-at the first end. One log holds every probe, so running the same question again resumes.
+at the first end. Packages that flip it only together, because neither installs without the
+other's change (transformers 5 needs huggingface-hub 1, 4.57 refuses it), are told apart
+where their releases allow: one package's releases between the ends, pre-releases in, with
+the others left to the resolver between their ends' versions; an edge across which the
+others resolved alike is that package's alone. One log holds every probe, so running the
+same question again resumes.
 
 The answer assumes that one package's change flips the verdict (or the few named, together)
 and that the verdict is monotone over that package's releases; it says so.
@@ -33,6 +38,8 @@ from reprobox.bisect import checks
 from reprobox.bisect.dates import ChangeSet, as_of_request, pinned_request
 from reprobox.bisect.probe_log import ProbeLog
 from reprobox.bisect.prober import (
+    BisectError,
+    ProbeFailed,
     Prober,
     Probes,
     Target,
@@ -145,6 +152,15 @@ class Steps:
     def at(self, package: str, version: str) -> Step:
         return tuple(sorted({**self.start, package: version}.items()))
 
+    def floated(self, package: str, version: str, others: Iterable[str]) -> Step:
+        """`package` at `version`, each of `others` left to the resolver between its two
+        ends' versions (a range value: see `floating`), the rest at the first end."""
+        ranges = {}
+        for name in others:
+            low, high = sorted((self.start[name], self.end[name]), key=Version)
+            ranges[name] = f">={low},<={high}"
+        return tuple(sorted({**self.start, package: version, **ranges}.items()))
+
     def describe(self, step: Step) -> str:
         pins = dict(step)
         names = sorted({*pins, *self.start})
@@ -153,7 +169,15 @@ class Steps:
             return "from"
         if all(pins.get(n, "") == self.end.get(n, "") for n in moved):
             return "to" if moved == self.changes else "changes:" + ",".join(moved)
-        return ",".join(f"{n}=={pins.get(n) or '(none)'}" for n in moved)
+        return ",".join(
+            f"{n} floated" if floating(pins.get(n, "")) else f"{n}=={pins.get(n) or '(none)'}"
+            for n in moved
+        )
+
+
+def floating(value: str) -> bool:
+    """Whether a step's value is a range left to the resolver, not one version."""
+    return value[:1] in "<>"
 
 
 def _digest(pins: Mapping[str, str]) -> str:
@@ -215,8 +239,13 @@ def _pipeline(target: Target, runs: Path) -> Probes[Step]:
     base = pipeline.lock_request(repro, target.variant, platform)
 
     def lock_of(step: Step) -> Path:
-        request = pinned_request(base, ChangeSet((), step))
-        return locks.cached_lock(dataclasses.replace(request, exclude_newer=None), target.settings)
+        exact = tuple((name, value) for name, value in step if not floating(value))
+        ranges = tuple(f"{name}{value}" for name, value in step if floating(value))
+        request = pinned_request(base, ChangeSet((), exact))
+        request = dataclasses.replace(
+            request, requirements=(*request.requirements, *ranges), exclude_newer=None
+        )
+        return locks.cached_lock(request, target.settings)
 
     def cell_of(step: Step) -> Cell:
         return make_cell(repro, target.variant, target.packages(), None, platform)
@@ -259,7 +288,9 @@ def _search(
         said.update(status="flaky", flaky=noisy)
         return said
     if untested:
-        said.update(status="ambiguous", candidates=culprit)
+        tried: list[str] = []
+        split = _split(prober, steps, culprit, index, confirm, tried) if index else None
+        said.update(split or {"status": "ambiguous", "candidates": culprit}, split_tries=tried)
         return said
     said.update(status="found", candidates=culprit)
     if len(culprit) != 1:
@@ -271,6 +302,81 @@ def _search(
     if good and bad and index is not None:
         said.update(_releases(prober, steps, package, good, bad, index, confirm))
     return said
+
+
+def _split(
+    prober: Prober[Step],
+    steps: Steps,
+    group: list[str],
+    index: PackageIndex,
+    confirm: int,
+    tried: list[str],
+) -> dict[str, Any] | None:
+    """Packages that flip the verdict only together, told apart by their releases: each in
+    turn (fewest releases between the ends first) bisected from its first end's version to
+    its second's, pre-releases in, the others floated between their ends' versions. A
+    package is named when its edge is its alone (the others resolved alike on both sides)
+    and every other package's edge moved it too; two edges of their own are an interaction,
+    and a try that could not finish leaves the question open. What each try found goes to
+    `tried`; None when the packages are not told apart."""
+    if any(not steps.start.get(n) or not steps.end.get(n) for n in group):
+        return None  # a package one end lacks has no releases to walk
+    versions_of = prober.probes.versions
+    if versions_of is None:
+        return None  # nothing says what the others resolved to
+    ranges: dict[str, list[str]] = {}
+    for package in group:
+        good, bad = steps.start[package], steps.end[package]
+        try:
+            ranges[package] = release_range(index, package, good, bad, prereleases=True)
+        except (BadInput, InvalidVersion):
+            tried.append(f"{package}: its releases between the ends are not on the index")
+            continue
+        if Version(good) > Version(bad):
+            ranges[package].reverse()
+    own: list[dict[str, Any]] = []
+    moved_with: list[set[str]] = []  # per try whose edge moved others: the packages it moved
+    for package in sorted(ranges, key=lambda n: (len(ranges[n]), n)):
+        versions, others = ranges[package], [n for n in group if n != package]
+        step_of = {v: steps.floated(package, v, others) for v in versions}
+        try:  # the search's items are the versions, so that what it says names them
+            with answering():
+                result = bisect(versions, _by_version(prober, step_of), confirm=confirm)
+        except (BisectError, ProbeFailed) as exc:
+            tried.append(f"{package}: {str(exc).split(';')[0]}")
+            continue
+        if result.status != "found":
+            tried.append(f"{package}: {result.status} between {', '.join(result.candidates)}")
+            continue
+        last, first = result.last_start, result.first_end
+        before, after = versions_of(step_of[last]), versions_of(step_of[first])
+        moved = [n for n in others if before.get(n) != after.get(n)]
+        if moved:
+            changes = ", ".join(change_text(n, before, after) for n in moved)
+            tried.append(f"{package}: its edge {last} -> {first} moved {changes} too")
+            moved_with.append(set(moved))
+            continue
+        held = ", ".join(f"{n} at {before.get(n)}" for n in others)
+        tried.append(f"{package}: its edge {last} -> {first} with {held} on both sides")
+        own.append({
+            "status": "found", "candidates": [first], "package": package,
+            "good": steps.start[package], "bad": steps.end[package], "versions": versions,
+            "last_start": last, "first": first,
+            "held": {n: before.get(n, "") for n in others},
+        })  # fmt: skip
+    if len(own) != 1 or len(moved_with) != len(group) - 1:
+        return None  # no edge of its own, two (an interaction), or a try left unfinished
+    [found] = own
+    if not all(found["package"] in moved for moved in moved_with):
+        return None
+    return found
+
+
+def _by_version(
+    prober: Prober[Step], step_of: Mapping[str, Step]
+) -> Callable[[str, int], Verdict | None]:
+    """A probe of one package's releases, each its step."""
+    return lambda version, attempt: prober(step_of[version], attempt)
 
 
 def _confirm(
@@ -355,9 +461,10 @@ def answer_line(
     if summary.package is None:
         names = " together with ".join(details.culprit)
         if summary.status == "ambiguous":
+            tries = "".join(f"; {t}" for t in details.split_tries)
             return (
                 f"culprit among: {names} (their changes together flip {flip}; a smaller set "
-                f"could not be installed to test; {tail})"
+                f"could not be installed to test{tries}; {tail})"
             )
         return f"culprit: {names} (only their changes together flip {flip}; {tail})"
     change = details.culprit[0]
@@ -373,6 +480,13 @@ def answer_line(
             f"release to do so is one of: {listed}; {tail})"
         )
     after = next_step(package, summary.last_start or good, summary.first) if next_step else ""
+    if details.held:
+        held = ", ".join(f"{n} at {v}" for n, v in sorted(details.held.items()))
+        moved = " and ".join(details.culprit)
+        return (
+            f"culprit: {package} {summary.first} (its release flips {flip} with {held} on both "
+            f"sides of it; {moved} could only be installed together; {tail}){after}"
+        )
     return (
         f"culprit: {package} {summary.first} (its change from {good} to {bad} flips {flip}; "
         f"{tail}){after}"

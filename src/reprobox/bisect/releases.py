@@ -26,13 +26,18 @@ from reprobox.core.errors import BadInput
 from reprobox.envs.index import PackageIndex, Release, select
 
 
-def release_range(index: PackageIndex, package: str, good: str, bad: str) -> list[str]:
+def release_range(
+    index: PackageIndex, package: str, good: str, bad: str, *, prereleases: bool = False
+) -> list[str]:
     """The releases from the older to the newer endpoint, oldest first, endpoints included;
-    yanked releases in, pre-releases out."""
-    return [str(r.version) for r in _range_releases(index.releases(package), package, good, bad)]
+    yanked releases in, pre-releases out unless asked."""
+    releases = _range_releases(index.releases(package), package, good, bad, prereleases)
+    return [str(r.version) for r in releases]
 
 
-def _range_releases(releases: list[Release], package: str, good: str, bad: str) -> list[Release]:
+def _range_releases(
+    releases: list[Release], package: str, good: str, bad: str, prereleases: bool = False
+) -> list[Release]:
     if Version(good) == Version(bad):
         raise BadInput(f"--good and --bad are the same release ({good}): nothing to bisect")
     by_version = {r.version: r for r in releases}
@@ -40,7 +45,10 @@ def _range_releases(releases: list[Release], package: str, good: str, bad: str) 
         if Version(value) not in by_version:
             raise BadInput(f"{end} {package} {value} does not exist on the index")
     lo, hi = sorted([Version(good), Version(bad)])
-    inside = select(releases, f">{lo},<{hi}", include_yanked=True)
+    if prereleases:  # by order alone: PEP 440's `<5.0.0` leaves out 5.0.0's own rc's
+        inside = sorted(v for v in by_version if lo < v < hi)
+    else:
+        inside = select(releases, f">{lo},<{hi}", include_yanked=True)
     return [by_version[lo], *(by_version[v] for v in inside), by_version[hi]]
 
 

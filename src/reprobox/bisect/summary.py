@@ -183,6 +183,10 @@ class AttributionDetails(BaseModel):
     package: str | None = None
     good: str | None = None
     bad: str | None = None
+    # packages that moved with the culprit's change, at the version they held on both
+    # sides of its release (the split of a pair that installs only together)
+    held: dict[str, str] = {}
+    split_tries: list[str] = []  # what each try to tell such a pair apart found
 
 
 Details = Annotated[
