@@ -32,7 +32,7 @@ mean and 95th-percentile launches, and two lower bounds on the mean launches of 
 
     .venv/bin/nox -s bench -- metric_bisect [--trials 300] [--sizes 8,32] [--kinds metric,flake]
         [--max-runs 2000] [--flake-max-runs 300] [--confidence 0.999] [--table]
-        [--noise normal|t3|both]
+        [--noise normal|t3|both] [--shifts 0.25,0.5,1,none]
 """
 
 from __future__ import annotations
@@ -358,8 +358,10 @@ def specs(
     kinds: str = "metric,flake",
     budgets: dict[str, tuple[int, float]] | None = None,
     noise: str = "normal",
+    shifts: tuple[float | None, ...] = (*SHIFTS, None),
 ) -> list[tuple]:
-    """Every cell: (kind, N, a, b, trials, seed, (max runs, confidence)[, noise])."""
+    """Every cell: (kind, N, a, b, trials, seed, (max runs, confidence)[, noise]); metric
+    cells only for `shifts` (None: no change)."""
     budgets = budgets or {"metric": (2000, 0.999), "flake": (300, 0.999)}
     rows: list[tuple] = []
     for n in sizes:
@@ -371,7 +373,11 @@ def specs(
             rows += [("flake", n, fr, fr, trials, seed, f) for fr in (0.2, 0.4)]  # no change
         if noise in ("t3", "both"):
             rows += [("metric", n, s, 1.0, trials, seed, m, "t3") for s in (*SHIFTS, None)]
-    return [row for row in rows if row[0] in kinds.split(",")]
+    return [
+        row
+        for row in rows
+        if row[0] in kinds.split(",") and (row[0] != "metric" or row[2] in shifts)
+    ]
 
 
 def table(rows: list[dict]) -> str:
@@ -418,14 +424,18 @@ def main() -> None:
     parser.add_argument("--flake-max-runs", type=int, default=300, help="a pass/fail search's")
     parser.add_argument("--confidence", type=float, default=0.999)
     parser.add_argument("--noise", default="normal", choices=("normal", "t3", "both"))
+    parser.add_argument(
+        "--shifts", default="0.25,0.5,1,none", help="the metric cells' shifts (none: no change)"
+    )
     args = parser.parse_args()
+    shifts = tuple(None if s == "none" else float(s) for s in args.shifts.split(","))
     started = time.perf_counter()
     budgets = {
         "metric": (args.max_runs, args.confidence),
         "flake": (args.flake_max_runs, args.confidence),
     }
     sizes = [int(s) for s in args.sizes.split(",")]
-    todo = specs(sizes, args.trials, args.seed, args.kinds, budgets, args.noise)
+    todo = specs(sizes, args.trials, args.seed, args.kinds, budgets, args.noise, shifts)
     with Pool(args.processes) as pool:
         rows = []
         for row in pool.imap(cell, todo):
