@@ -249,6 +249,18 @@ def test_a_pair_that_installs_only_together_is_told_apart_by_a_release_between(
         "together; 3 packages differ between the ends; "
     )
 
+    # a package both sides install that moved at tf's edge too: the edge is not tf's alone
+    def with_dep(pins: dict[str, str]) -> dict[str, str]:
+        chosen = _pair_resolve(pins)
+        return {**chosen, "dep": "2" if Version(chosen["tf"]) >= Version("5.0rc1") else "1"}
+
+    summary, _ = _ask(
+        tmp_path / "dep", _pair_rule("5.0rc1"), PAIR_START, PAIR_END,
+        resolve=with_dep, index=PAIR_INDEX,
+    )  # fmt: skip
+    assert summary.status == "ambiguous" and summary.package is None
+    assert "tf: its edge 5.0rc0 -> 5.0rc1 moved dep 1 -> 2 too" in _details(summary).split_tries
+
     # a flip that needs both (tf's release and hub's) is never split: ambiguous, as before
     def both(pins: dict[str, str], attempt: int) -> Verdict | None:
         if _new_tf(pins["tf"]) != (Version(pins["hub"]) >= Version("1.0")):

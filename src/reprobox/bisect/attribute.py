@@ -289,7 +289,7 @@ def _search(
         return said
     if untested:
         tried: list[str] = []
-        split = _split(prober, steps, culprit, index, confirm, tried) if index else None
+        split = None if index is None else _split(prober, steps, culprit, index, confirm, tried)
         said.update(split or {"status": "ambiguous", "candidates": culprit}, split_tries=tried)
         return said
     said.update(status="found", candidates=culprit)
@@ -315,10 +315,11 @@ def _split(
     """Packages that flip the verdict only together, told apart by their releases: each in
     turn (fewest releases between the ends first) bisected from its first end's version to
     its second's, pre-releases in, the others floated between their ends' versions. A
-    package is named when its edge is its alone (the others resolved alike on both sides)
-    and every other package's edge moved it too; two edges of their own are an interaction,
-    and a try that could not finish leaves the question open. What each try found goes to
-    `tried`; None when the packages are not told apart."""
+    package is named when its edge is its alone (the others, and every package both sides
+    install, resolved alike on both sides) and every other package's edge moved it too; two
+    edges of their own are an interaction, and a try that could not finish leaves the
+    question open. What each try found goes to `tried`; None when the packages are not told
+    apart."""
     if any(not steps.start.get(n) or not steps.end.get(n) for n in group):
         return None  # a package one end lacks has no releases to walk
     versions_of = prober.probes.versions
@@ -350,7 +351,10 @@ def _split(
             continue
         last, first = result.last_start, result.first_end
         before, after = versions_of(step_of[last]), versions_of(step_of[first])
-        moved = [n for n in others if before.get(n) != after.get(n)]
+        # the others, and any package both sides install (a dependency the release adds or
+        # drops is its own change): what moved with the edge
+        both = (before.keys() & after.keys()) - {package}
+        moved = sorted({n for n in [*others, *both] if before.get(n) != after.get(n)})
         if moved:
             changes = ", ".join(change_text(n, before, after) for n in moved)
             tried.append(f"{package}: its edge {last} -> {first} moved {changes} too")
