@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from reprobox.bisect import changepoint
 from reprobox.bisect.changepoint import batch_size, shift_search
 
 
@@ -186,3 +187,24 @@ def test_a_heavy_tailed_metric_never_makes_it_certain_of_a_wrong_release(seed: i
     assert (answer.status, answer.culprit) == ("found", 5)
     assert answer.before is not None and answer.after is not None
     assert abs(answer.after.mean - answer.before.mean) < 1.5  # the values' own levels
+
+
+def test_a_widened_spread_never_hides_a_quarter_sd_shift_as_no_change() -> None:
+    """A release that widens the spread 1.5 times and shifts the mean by a quarter of the sd
+    before it: measured in the pooled sd that shift is under a quarter, and "no change" was
+    claimed at >= 0.999 (5 of 300 simulated searches at a budget of 6000). These are one
+    such search's samples (its launches per release, means and sds, redrawn exactly): the
+    least favourable change is now measured in the steadier side's sd."""
+    ns = [484, 432, 240, 299, 245, 202, 269, 496]
+    means = [0.145, 0.193, 0.326, 0.327, 0.104, 0.352, 0.154, 0.148]
+    sds = [0.99, 1.447, 1.457, 1.439, 1.581, 1.428, 1.484, 1.458]
+    rng = random.Random(15)
+    kept = []
+    for n, mean, sd in zip(ns, means, sds, strict=True):
+        raw = [rng.gauss(0, 1) for _ in range(n)]
+        centre = math.fsum(raw) / n
+        spread = math.sqrt(math.fsum((x - centre) ** 2 for x in raw) / n)
+        kept.append([mean + sd * (x - centre) / spread for x in raw])
+    log_prior = [math.log(0.1)] + [math.log(0.9 / 7)] * 7
+    weights = changepoint._posterior(changepoint._scores(kept), log_prior, 0.25)
+    assert weights[0] < 0.99  # 0.9993 when the pooled sd was the unit

@@ -222,7 +222,10 @@ def _log_point(before: Level, after: Level, min_effect: float) -> float:
     """log marginal likelihood of two segments whose means differ by exactly `min_effect` sd,
     either way: the least favourable change, against which "no change" is weighed (a
     shift at least that large only makes "no change" less likely, so its posterior from
-    this is the cautious one)."""
+    this is the cautious one). The sd is the steadier segment's own where both have a few
+    samples: a release that widens the spread with a quarter-sd shift of the mean (in the
+    sd before it) measured under a quarter of the pooled sd, and "no change" was claimed
+    in 5 of 300 simulated searches at a budget of 6000 launches."""
     n = before.n + after.n
     if before.n == 0 or after.n == 0 or n < 3:
         return 0.0
@@ -230,7 +233,13 @@ def _log_point(before: Level, after: Level, min_effect: float) -> float:
     ss = max(before.ss + after.ss, _floor(n, before, after))
     c = before.n * after.n / n
     delta = after.mean - before.mean
-    d = min_effect * math.sqrt(ss / nu)
+    unit = math.sqrt(ss / nu)
+    if min(before.n, after.n) >= MIN_SPLIT:
+        unit = min(
+            unit, *(math.sqrt(max(seg.ss, _floor(seg.n, before, after)) / (seg.n - 1))
+                    for seg in (before, after))
+        )  # fmt: skip
+    d = min_effect * unit
     parts = [-(n - 1) / 2 * math.log(ss + c * (delta - sign * d) ** 2) for sign in (1.0, -1.0)]
     top = max(parts)
     return top + math.log(sum(math.exp(p - top) for p in parts) / 2)
