@@ -132,3 +132,21 @@ def test_a_bisect_killed_mid_way_resumes_without_rerunning(tmp_path: Path) -> No
     assert resumed == [item for item, _ in first.calls]
     assert summary.status == "found" and summary.first == "4.46.0"
     assert summary.launched == len(again.calls)
+
+
+def test_a_changed_verdict_rule_starts_a_new_log_instead_of_resuming(tmp_path: Path) -> None:
+    """Probes judged by another `[verdict]` (an effect corrected, a budget raised) never
+    answer the new question: the same bisect resumes only under the same rule."""
+    index = transformers_index()
+    target = hist_target(tmp_path)
+    first = release_bisect(
+        target, "transformers", "4.46.1", "4.44.2", index, probes=transformers_history().probes
+    )
+    toml = (tmp_path / "repros" / "hist" / "repro.toml").read_text()
+    changed = hist_target(tmp_path, toml.replace("above = 0.0", "above = 0.1"))
+    again = transformers_history()
+    summary = release_bisect(
+        changed, "transformers", "4.46.1", "4.44.2", index, probes=again.probes
+    )
+    assert again.calls and not any(p.resumed for p in summary.probes)
+    assert summary.first == first.first == "4.46.0"

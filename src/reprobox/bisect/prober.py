@@ -487,7 +487,11 @@ def lock_versions(lock: Path) -> dict[str, str]:
 
 
 def default_log(target: Target, header: dict[str, Any]) -> Path:
-    """Same arguments, same log: re-running a bisect resumes it."""
-    digest = hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()[:10]
+    """Same arguments and the same verdict rule, same log: re-running a bisect resumes it. A
+    changed `[verdict]` (its effect, budget or test) starts a new log: a sweep re-asked after
+    sft_default_dtype's effect was corrected read back the verdicts judged by the old one."""
+    rule = target.repro.verdict(target.variant).model_dump(mode="json")
+    keyed = json.dumps({**header, "verdict": rule}, sort_keys=True)
+    digest = hashlib.sha256(keyed.encode()).hexdigest()[:10]
     name = f"{header['kind']}-{header.get('package', 'stack')}-{digest}"
     return RecordStore(target.results).bisect_dir(target.repro.name) / name / LOG_FILE
