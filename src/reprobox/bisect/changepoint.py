@@ -14,11 +14,12 @@ one footing); where it changed, with each segment's own spread (`_log_split`, We
 the shift: a release that widens the spread with the mean made the shared spread
 overconfident at the boundary). A change is a shift of at least `min_effect` standard
 deviations, either way: a smaller shift is no change that matters, which is what lets "no
-change" be claimed at all, and only after the data rule out a shift of that size at every
-candidate (`_log_point`). The culprits' own prior on the shift is log-uniform from half that
-(RANK_FLOOR) up to 10^10 sd: cut at exactly `min_effect`, a true shift of that size made the
-partitions that put unluckily low releases before the change (a larger apparent shift) win,
-1 and 3 of 300 simulated searches (shared and own spreads). With the spread plugged in per
+change" be claimed at all, and only after the data rule out a shift of that size, in the
+steadier side's sd, at every candidate (`_log_point`). The culprits' own prior on the shift
+is log-uniform from half that (RANK_FLOOR) up to 10^10 sd: cut at exactly `min_effect`, a
+true shift of that size made the partitions that put unluckily low releases before the
+change (a larger apparent shift) win, 1 and 3 of 300 simulated searches (shared and own
+spreads). With the spread plugged in per
 hypothesis, the shift's integral is a Student-t mass.
 
 The values enter that model as normal scores of their ranks among all values so far
