@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from reprobox.bisect import changepoint
+from reprobox.bisect import segments
 from reprobox.bisect.changepoint import batch_size, shift_search
 
 
@@ -206,5 +206,5 @@ def test_a_widened_spread_never_hides_a_quarter_sd_shift_as_no_change() -> None:
         spread = math.sqrt(math.fsum((x - centre) ** 2 for x in raw) / n)
         kept.append([mean + sd * (x - centre) / spread for x in raw])
     log_prior = [math.log(0.1)] + [math.log(0.9 / 7)] * 7
-    weights = changepoint._posterior(changepoint._scores(kept), log_prior, 0.25)
+    weights = segments._posterior(segments._scores(kept), log_prior, 0.25)
     assert weights[0] < 0.99  # 0.9993 when the pooled sd was the unit

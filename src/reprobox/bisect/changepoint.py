@@ -13,7 +13,7 @@ shared by the segments (`_log_change`: one spread, as "no change" has, so the tw
 one footing); where it changed, with each segment's own spread (`_log_split`, Welch's t for
 the shift: a release that widens the spread with the mean made the shared spread
 overconfident at the boundary). A change is a shift of at least `min_effect` standard
-deviations, either way: a smaller shift is no change that matters, which is what lets "no
+deviations, either way (the likelihoods are in `segments`): a smaller shift is no change that matters, which is what lets "no
 change" be claimed at all, and only after the data rule out a shift of that size, in the
 steadier side's sd, at every candidate (`_log_point`). The culprits' own prior on the shift
 is log-uniform from half that (RANK_FLOOR) up to 10^10 sd: cut at exactly `min_effect`, a
@@ -43,39 +43,27 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import Generic, TypeVar
 
 from reprobox.bisect.flaky import check_search
-from reprobox.core import stats
+from reprobox.bisect.segments import (
+    MAX_EFFECT,
+    Level,
+    _floor,
+    _posterior,
+    _scores,
+    _Sums,
+)
 
 T = TypeVar("T")
 # [(item, attempt), ...] -> each launch's metric value in order; None: cannot test (a skip)
 MetricProbe = Callable[[list[tuple[T, int]]], list[float | None]]
 Sample = tuple[T, float | None]  # (item, value); None: the item could not be tested
 
-MAX_EFFECT = 1e10  # sd: the largest shift the prior allows (a deterministic one is ~1e9)
 BATCH_BITS_SD = 1.0  # a batch's mean should sit about this many sd of its own from the other side
 MAX_BATCH = 32
 FIRST_BATCH = 5  # launches at each end before anything else: a level and a spread to start
-RANK_FLOOR = 0.5  # where the culprits' shift prior starts, as a share of the smallest shift
-MIN_SPLIT = 3  # samples each segment needs before its own spread is read (else: shared)
 MIN_SIDE = 8  # samples each side of a claimed boundary needs (a claim is never made on a few)
-_NORMAL = NormalDist()
-
-
-@dataclass(frozen=True)
-class Level:
-    """One item's (or one side's) samples: how many, their mean and their sum of squares
-    about it."""
-
-    n: int
-    mean: float
-    ss: float
-
-    @property
-    def sd(self) -> float | None:
-        return math.sqrt(self.ss / (self.n - 1)) if self.n > 1 else None
 
 
 @dataclass
@@ -103,232 +91,6 @@ class ShiftAnswer(Generic[T]):
         if self.before is None or self.after is None or not self.sd:
             return None
         return (self.after.mean - self.before.mean) / self.sd
-
-
-def _scores(values: list[list[float]]) -> _Sums:
-    """Every item's values replaced by their normal scores among all values so far (Blom's
-    (r - 3/8) / (n + 1/4), tied values sharing their mean rank), as per-item sums. The
-    posterior reads these, not the values: its Gaussian likelihood, fed a metric with
-    heavier tails than normal (t with 3 degrees of freedom, as transformers' eval-loss gap
-    in the corpus has), was certain of a wrong release in 6 to 21% of simulated searches,
-    an outlier in a release of few launches moving its mean; a score is bounded by its rank.
-    On normal data the scores are the values standardized, to within sampling error."""
-    flat = sorted((value, index) for index, row in enumerate(values) for value in row)
-    total = len(flat)
-    sums = _Sums(len(values))
-    start = 0
-    while start < total:
-        end = start
-        while end + 1 < total and flat[end + 1][0] == flat[start][0]:
-            end += 1
-        rank = (start + end) / 2 + 1
-        score = _NORMAL.inv_cdf((rank - 0.375) / (total + 0.25))
-        for _, index in flat[start : end + 1]:
-            sums.add(index, score)
-        start = end + 1
-    return sums
-
-
-class _Sums:
-    """Per-item sums of (value - reference) and its square, so any segment's mean and sum of
-    squares come from two prefix differences (the reference keeps large metrics exact)."""
-
-    def __init__(self, size: int) -> None:
-        self.n = [0] * size
-        self.s = [0.0] * size
-        self.q = [0.0] * size
-        self.ref: float | None = None
-
-    def add(self, index: int, value: float) -> None:
-        if self.ref is None:
-            self.ref = value
-        x = value - self.ref
-        self.n[index] += 1
-        self.s[index] += x
-        self.q[index] += x * x
-
-    def level(self, lo: int, hi: int) -> Level:
-        n = sum(self.n[lo:hi])
-        if n == 0:
-            return Level(0, 0.0, 0.0)
-        s, q = math.fsum(self.s[lo:hi]), math.fsum(self.q[lo:hi])
-        mean = s / n
-        return Level(n, mean + (self.ref or 0.0), max(q - s * mean, 0.0))
-
-
-def _floor(n: int, *levels: Level) -> float:
-    """The least sum of squares n values may show: values exactly alike (a deterministic
-    metric) would otherwise give a spread of zero and an infinite likelihood. Relative to
-    the largest level, so a deterministic shift measures at most 2e9 sd: inside the prior
-    (MAX_EFFECT), where a floor relative to one side's level put it outside and made every
-    partition that kept the metric exact look impossible."""
-    scale = max([1.0, *(abs(level.mean) for level in levels)])
-    return n * (1e-9 * scale) ** 2
-
-
-def _log_t_mass(nu: float, lo: float, hi: float) -> float:
-    """log of P(lo < T_nu < hi), with the upper tail read from the side that keeps digits."""
-    if lo > 0:
-        mass = t_sf(lo, nu) - t_sf(hi, nu)
-    else:
-        mass = stats.t_cdf(hi, nu) - stats.t_cdf(lo, nu)
-    return math.log(max(mass, 1e-300))
-
-
-def t_sf(t: float, nu: float) -> float:
-    """P(T_nu > t) without the cancellation of 1 - cdf."""
-    if math.isinf(t):
-        return 0.0 if t > 0 else 1.0
-    return stats.t_cdf(-t, nu)
-
-
-def _log_change(before: Level, after: Level, min_effect: float) -> float:
-    """log marginal likelihood (up to what every hypothesis shares) of two segments whose
-    means differ by at least `min_effect` sd, either way: the shift d integrated against a
-    log-uniform prior on |d| / sd, sd the pooled within-segment spread plugged in; with the
-    level flat and the spread Jeffreys', the likelihood in d is a Student-t kernel
-    (S + c (delta - d)^2)^(-(n-1)/2), whose mass is read from the t distribution and the
-    prior taken where the kernel sits."""
-    n = before.n + after.n
-    if before.n == 0 or after.n == 0:
-        return 0.0  # no data on one side: the shift is unconstrained, as "no change" is
-    nu = n - 2
-    ss = max(before.ss + after.ss, _floor(n, before, after))
-    if nu < 1:
-        return 0.0
-    c = before.n * after.n / n
-    delta = after.mean - before.mean
-    sd = math.sqrt(ss / nu)
-    scale = math.sqrt(ss / (c * nu))  # the kernel's width in d
-    lo_d, hi_d = min_effect * sd, MAX_EFFECT * sd
-    log_norm = (
-        0.5 * math.log(nu * math.pi)
-        + math.lgamma(nu / 2)
-        - math.lgamma((nu + 1) / 2)
-        + math.log(scale)
-        - (n - 1) / 2 * math.log(ss)
-    )
-    parts = []
-    for sign in (1.0, -1.0):  # a rise, a fall: half the prior each
-        centre = sign * delta
-        at = min(max(centre, lo_d), hi_d)
-        log_prior = -math.log(2 * at * math.log(MAX_EFFECT / min_effect))
-        lo, hi = (lo_d - centre) / scale, (hi_d - centre) / scale
-        parts.append(log_prior + _log_t_mass(nu, lo, hi))
-    top = max(parts)
-    return log_norm + top + math.log(sum(math.exp(p - top) for p in parts))
-
-
-def _log_point(before: Level, after: Level, min_effect: float) -> float:
-    """log marginal likelihood of two segments whose means differ by exactly `min_effect` sd,
-    either way: the least favourable change, against which "no change" is weighed (a
-    shift at least that large only makes "no change" less likely, so its posterior from
-    this is the cautious one). The sd is the steadier segment's own where both have a few
-    samples: a release that widens the spread with a quarter-sd shift of the mean (in the
-    sd before it) measured under a quarter of the pooled sd, and "no change" was claimed
-    in 5 of 300 simulated searches at a budget of 6000 launches."""
-    n = before.n + after.n
-    if before.n == 0 or after.n == 0 or n < 3:
-        return 0.0
-    nu = n - 2
-    ss = max(before.ss + after.ss, _floor(n, before, after))
-    c = before.n * after.n / n
-    delta = after.mean - before.mean
-    unit = math.sqrt(ss / nu)
-    if min(before.n, after.n) >= MIN_SPLIT:
-        unit = min(
-            unit, *(math.sqrt(max(seg.ss, _floor(seg.n, before, after)) / (seg.n - 1))
-                    for seg in (before, after))
-        )  # fmt: skip
-    d = min_effect * unit
-    parts = [-(n - 1) / 2 * math.log(ss + c * (delta - sign * d) ** 2) for sign in (1.0, -1.0)]
-    top = max(parts)
-    return top + math.log(sum(math.exp(p - top) for p in parts) / 2)
-
-
-def _log_split(before: Level, after: Level, min_effect: float) -> float:
-    """log marginal likelihood of two segments with their own means and their own spreads
-    (flat levels, Jeffreys' spreads, integrated out), the shift weighed by the same
-    log-uniform prior as `_log_change`, its posterior read as Welch's t. Only culprits are
-    compared on this footing: every one has two spreads, so the improper priors cancel."""
-    parts_ml = 0.0
-    sds = []
-    for seg in (before, after):
-        ss = max(seg.ss, _floor(seg.n, before, after))
-        parts_ml += math.lgamma((seg.n - 1) / 2) - 0.5 * math.log(seg.n)
-        parts_ml -= (seg.n - 1) / 2 * math.log(ss)
-        sds.append(ss / (seg.n - 1) / seg.n)  # the squared standard error of its mean
-    se = math.sqrt(sds[0] + sds[1])
-    nu = (sds[0] + sds[1]) ** 2 / (sds[0] ** 2 / (before.n - 1) + sds[1] ** 2 / (after.n - 1))
-    pooled = math.sqrt(
-        max(before.ss + after.ss, _floor(before.n + after.n, before, after))
-        / (before.n + after.n - 2)
-    )
-    delta = after.mean - before.mean
-    lo_d, hi_d = min_effect * pooled, MAX_EFFECT * pooled
-    parts = []
-    for sign in (1.0, -1.0):
-        centre = sign * delta
-        at = min(max(centre, lo_d), hi_d)
-        log_prior = -math.log(2 * at * math.log(MAX_EFFECT / min_effect))
-        parts.append(log_prior + _log_t_mass(nu, (lo_d - centre) / se, (hi_d - centre) / se))
-    top = max(parts)
-    return parts_ml + top + math.log(sum(math.exp(p - top) for p in parts))
-
-
-def _log_none(whole: Level) -> float:
-    """log marginal likelihood of one segment, on the same footing as `_log_change`."""
-    if whole.n < 2:
-        return 0.0
-    ss = max(whole.ss, _floor(whole.n, whole))
-    return -(whole.n - 1) / 2 * math.log(ss)
-
-
-def _posterior(sums: _Sums, log_prior: list[float], min_effect: float) -> list[float]:
-    """The weight of each hypothesis: h (1..size-1) the culprit items[h], under the broad
-    prior on the shift; index 0 "no change", weighed against the least favourable change
-    (`_log_point`). The two need not sum to one: each is the cautious reading of its own
-    claim."""
-    size = len(sums.n)
-    ref = sums.ref or 0.0
-    pn, ps, pq = [0], [0.0], [0.0]  # prefix sums: segment [lo, hi) is a difference of two
-    for i in range(size):
-        pn.append(pn[-1] + sums.n[i])
-        ps.append(ps[-1] + sums.s[i])
-        pq.append(pq[-1] + sums.q[i])
-
-    def level(lo: int, hi: int) -> Level:
-        n = pn[hi] - pn[lo]
-        if n == 0:
-            return Level(0, 0.0, 0.0)
-        s, q = ps[hi] - ps[lo], pq[hi] - pq[lo]
-        return Level(n, s / n + ref, max(q - s * s / n, 0.0))
-
-    whole = level(0, size)
-    none = log_prior[0] + _log_none(whole)
-    if whole.n < 3:  # too few samples to tell one segment from two
-        return _normalize([none] + [log_prior[h] + none - log_prior[0] for h in range(1, size)])
-    sides = [(level(0, h), level(h, size)) for h in range(1, size)]
-    low = min_effect * RANK_FLOOR
-    broad = [log_prior[h] + _log_change(*sides[h - 1], low) for h in range(1, size)]
-    point = [log_prior[h] + _log_point(*sides[h - 1], min_effect) for h in range(1, size)]
-    weights = _normalize([none, *broad])
-    if all(min(a.n, b.n) >= MIN_SPLIT for a, b in sides):
-        # where the change is: each segment with its own spread (a release that changes the
-        # spread with the mean made the shared spread overconfident at the boundary)
-        split = _normalize([log_prior[h] + _log_split(*sides[h - 1], low)
-                            for h in range(1, size)])  # fmt: skip
-        changed = 1.0 - weights[0]
-        weights[1:] = [changed * w for w in split]
-    weights[0] = _normalize([none, *point])[0]
-    return weights
-
-
-def _normalize(logs: list[float]) -> list[float]:
-    top = max(logs)
-    weights = [math.exp(v - top) for v in logs]
-    total = math.fsum(weights)
-    return [w / total for w in weights]
 
 
 def batch_size(effect: float, min_effect: float) -> int:

@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 
 from reprobox.bisect.answer_line import kept_posterior, shown_posterior
 from reprobox.bisect.axes import Context
-from reprobox.bisect.changepoint import Level, ShiftAnswer, shift_search
+from reprobox.bisect.changepoint import ShiftAnswer, shift_search
 from reprobox.bisect.outcome import Outcome
+from reprobox.bisect.segments import Level
 from reprobox.bisect.summary import BisectSummary
 
 T = TypeVar("T")
