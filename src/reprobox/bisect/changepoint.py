@@ -13,7 +13,7 @@ shared by the segments (`_log_change`: one spread, as "no change" has, so the tw
 one footing); where it changed, with each segment's own spread (`_log_split`, Welch's t for
 the shift: a release that widens the spread with the mean made the shared spread
 overconfident at the boundary). A change is a shift of at least `min_effect` standard
-deviations, either way (the likelihoods are in `segments`): a smaller shift is no change that matters, which is what lets "no
+deviations, either way: a smaller shift is no change that matters, which is what lets "no
 change" be claimed at all, and only after the data rule out a shift of that size, in the
 steadier side's sd, at every candidate (`_log_point`). The culprits' own prior on the shift
 is log-uniform from half that (RANK_FLOOR) up to 10^10 sd: cut at exactly `min_effect`, a
@@ -33,8 +33,8 @@ sure of being before or after the change (probabilistic bisection), unless one s
 few samples to measure its level against, then that side's end. It stops when one answer
 (a culprit, or no change) reaches `confidence`, or after `max_runs` launches, undecided.
 
-Pure: the probe is injected; deterministic given the seed (ties only); resumes from the
-observations a previous search returned.
+The likelihoods live in `segments`. Pure: the probe is injected; deterministic given the
+seed (ties only); resumes from the observations a previous search returned.
 """
 
 from __future__ import annotations
