@@ -4,7 +4,6 @@ pass on a stock runner: CPU jobs name the torch source, GPU jobs pick runners by
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
@@ -123,7 +122,7 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert runs[-1] == ".ci/run"
     ci_run = (ROOT / ".ci" / "run").read_text()
     commands = [line for line in ci_run.splitlines() if line and not line.startswith("#")]
-    assert [c for c in commands if "make" in c] == ["make test &"]
+    assert commands[-1] == "exec make test"
     assert not any("apt-get" in line or "images/" in line for line in commands)
     # The image tests pull a base where a registry is reachable (no root-only local build).
     assert test["env"]["REPROBOX_BASE_IMAGE"].startswith("docker.io/")
@@ -252,10 +251,7 @@ def test_uploads_are_scrubbed_exports_never_the_raw_results() -> None:
     assert uploads >= 5
 
 
-MAKE_SHIM = """\
-#!/usr/bin/env bash
-# stands in for make: a suite whose process answers SIGINT by tearing down, with a child
-exec "$PYTHON" -c '
+SUITE = """\
 import pathlib, signal, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "TOKEN"])
 def torn(*_):
@@ -265,29 +261,29 @@ def torn(*_):
 signal.signal(signal.SIGINT, torn)
 pathlib.Path(sys.argv[1] + ".up").write_text("up")
 time.sleep(600)
-' "$TORN" TOKEN
 """
 
 
-def test_a_signal_to_ci_run_tears_the_whole_suite_down(tmp_path: Path) -> None:
-    """`kill` on `.ci/run` (a cancelled CI job) reaches pytest as a SIGINT, through make and
-    nox, and leaves no process behind: the real script, with make standing in as a suite."""
+def test_make_test_runs_the_suite_in_a_process_group_of_its_own() -> None:
+    recipe = (ROOT / "Makefile").read_text().split("\ntest: ", 1)[1].splitlines()[1]
+    assert recipe.strip().startswith("bash scripts/process-group.sh $(NOX) -s tests"), recipe
+
+
+def test_a_signal_to_make_test_tears_the_whole_suite_down(tmp_path: Path) -> None:
+    """`kill` on the suite's runner (a cancelled CI job, make passing a TERM on) reaches
+    pytest as a SIGINT and leaves no process behind: the real script `make test` runs the
+    suite through, with a stand-in suite that answers SIGINT by tearing down."""
     token = f"reprobox-ci-run-{tmp_path.name}"
-    shim = tmp_path / "bin" / "make"
-    shim.parent.mkdir()
-    shim.write_text(MAKE_SHIM.replace("TOKEN", token))
-    shim.chmod(0o755)
     torn = tmp_path / "torn"
-    env = {**os.environ, "PATH": f"{shim.parent}:{os.environ['PATH']}",
-           "PYTHON": sys.executable, "TORN": str(torn)}  # fmt: skip
-    ci = subprocess.Popen(["bash", str(ROOT / ".ci" / "run")], env=env)
+    suite = [sys.executable, "-c", SUITE.replace("TOKEN", token), str(torn), token]
+    group = subprocess.Popen(["bash", str(ROOT / "scripts" / "process-group.sh"), *suite])
     try:
         deadline = time.monotonic() + 30
         while not Path(f"{torn}.up").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _alive(token), "the stand-in suite did not start"
-        ci.send_signal(signal.SIGTERM)
-        assert ci.wait(timeout=60) == 143
+        group.send_signal(signal.SIGTERM)
+        assert group.wait(timeout=60) == 143
         assert torn.read_text() == "down"  # the suite heard SIGINT and tore down
         deadline = time.monotonic() + 10
         while _alive(token) and time.monotonic() < deadline:
@@ -296,8 +292,8 @@ def test_a_signal_to_ci_run_tears_the_whole_suite_down(tmp_path: Path) -> None:
     finally:
         for process in _alive(token):
             process.kill()
-        if ci.poll() is None:
-            ci.kill()
+        if group.poll() is None:
+            group.kill()
 
 
 def _alive(token: str) -> list[psutil.Process]:
