@@ -3,7 +3,9 @@ flakes with high false rates. Simulated histories, the real search code.
 
 Metric cells: N releases, a culprit drawn uniformly from releases[1:]; a launch's metric is
 N(0, 1) before it and N(shift, spread) from it on (shift in sd of the "before" spread; spread 1
-or 1.5: with and without a shift in spread); "none" rows have no change. Searched by
+or 1.5: with and without a shift in spread); "none" rows have no change, and the "spread x1.5
+alone" rows a release that widens the spread and leaves the mean where it was (the right
+answer: no change, since the search, as the declared test, asks about the mean). Searched by
 `bisect.changepoint` (what `reprobox bisect` runs for a variant whose declared test reads a
 metric), at its defaults: confidence 0.999, min shift 0.25 sd, budget 2000 launches.
 
@@ -134,9 +136,12 @@ def _closest(kind: str, a: float, b: float, w: tuple[float, float, float, float]
     the culprit h one release later (h joins the side before), one earlier (h - 1 joins the
     side after), or no change; each alternative's levels moved to fit, within what the
     search calls a change (a shift of MIN_SHIFT sd; a rate MIN_GAP above the other and at
-    least MIN_RATE), its spreads as the truth's. w: the shares of launches at release h - 1
-    (x), h (y), before h - 1 (u) and after h (v). Leaving alternatives out only lowers the
-    bound, so it stays one."""
+    least MIN_RATE), its spreads as the truth's. For a metric, also the truth's change of
+    spread with the mean left where it was: the search answers whether the *mean* changed
+    (what a declared t-test reads), so a release that changes the spread alone is no
+    change, and a search must rule that out as well. w: the shares of launches at release
+    h - 1 (x), h (y), before h - 1 (u) and after h (v). Leaving alternatives out only lowers
+    the bound, so it stays one."""
     x, y, u, v = w
     if kind == "metric":
         d, s, m = a, b, MIN_SHIFT
@@ -163,8 +168,16 @@ def _closest(kind: str, a: float, b: float, w: tuple[float, float, float, float]
             sd = math.sqrt(var)
             return n1 * _kl_norm(0, 1, c, sd) + n2 * _kl_norm(d, s, c, sd)
 
+        def spread_alone(c: float) -> float:  # one level c, the spread changing at h
+            return (x + u) * _kl_norm(0, 1, c, 1) + (y + v) * _kl_norm(d, s, c, s)
+
         lo, hi = -3.0, d + 3.0
-        return min(_least(later, lo, hi), _least(earlier, lo, hi), _least(none, lo, hi))
+        return min(
+            _least(later, lo, hi),
+            _least(earlier, lo, hi),
+            _least(none, lo, hi),
+            _least(spread_alone, lo, hi),
+        )
     q, p = a, b
 
     def later_r(r: float) -> float:  # release h at the rate before, r
@@ -229,10 +242,13 @@ def no_change_bound(kind: str, level: float, wrong: float) -> float:
     (a shift of MIN_SHIFT sd; a rise of the rate by MIN_GAP to at least MIN_RATE) must be
     ruled out. Each alternative splits the launches into a side before and after it; only
     the first and last releases are on one side of every alternative, so the launches go
-    there: a fraction f at the first. metric: level unused; flake: level = the rate."""
+    there: a fraction f at the first. metric: level = the last release's spread over the
+    first's, s (the shift in the first's sd); flake: level = the rate."""
     kl = (1 - 2 * wrong) * math.log((1 - wrong) / wrong)
     if kind == "metric":
-        return 4 * kl / (MIN_SHIFT**2 / 2)  # f = 1/2, the levels moved half the shift each
+        # min over the levels' split of f a^2 / 2 + (1 - f) (m - a)^2 / (2 s^2) is
+        # m^2 / (2 (1/f + s^2/(1 - f))), largest at f = 1 / (1 + s): m^2 / (2 (1 + s)^2)
+        return kl * 2 * (1 + level) ** 2 / MIN_SHIFT**2
     best = 0.0
     for i in range(1, 100):
         f = i / 100
@@ -281,7 +297,7 @@ def _metric_trial(
     answer = shift_search(
         list(range(size)), probe, seed=seed, max_runs=budget[0], confidence=budget[1]
     )
-    return _grade(answer.status, answer.culprit, culprit), answer.runs
+    return _grade(answer.status, answer.culprit, culprit if shift else None), answer.runs
 
 
 def _flake_trial(
@@ -332,7 +348,7 @@ def cell(spec: tuple) -> dict:
         "max_runs": budget[0],
         "confidence": budget[1],
     }
-    changes = a is not None if kind == "metric" else a != b
+    changes = bool(a) if kind == "metric" else a != b  # a shift of 0: the spread alone
     if kind == "metric":
         out.update(shift=a, spread=b, noise=noise)
     else:
@@ -369,6 +385,7 @@ def specs(
         if noise in ("normal", "both"):
             rows += [("metric", n, s, sp, trials, seed, m) for s in SHIFTS for sp in SPREADS]
             rows.append(("metric", n, None, 1.0, trials, seed, m))
+            rows.append(("metric", n, 0.0, 1.5, trials, seed, m))  # the spread alone changes
             rows += [("flake", n, fr, p, trials, seed, f) for fr, p in FLAKES]
             rows += [("flake", n, fr, fr, trials, seed, f) for fr in (0.2, 0.4)]  # no change
         if noise in ("t3", "both"):
@@ -376,7 +393,7 @@ def specs(
     return [
         row
         for row in rows
-        if row[0] in kinds.split(",") and (row[0] != "metric" or row[2] in shifts)
+        if row[0] in kinds.split(",") and (row[0] != "metric" or (row[2] or None) in shifts)
     ]
 
 
@@ -391,6 +408,8 @@ def table(rows: list[dict]) -> str:
             what = (
                 "no change"
                 if r["shift"] is None
+                else f"spread x{r['spread']:g} alone: no change of the mean"
+                if r["shift"] == 0
                 else f"shift {r['shift']:g} sd"
                 + (f", spread x{r['spread']:g}" if r["spread"] != 1 else "")
             )
