@@ -34,7 +34,7 @@ mean and 95th-percentile launches, and two lower bounds on the mean launches of 
 
     .venv/bin/nox -s bench -- metric_bisect [--trials 300] [--sizes 8,32] [--kinds metric,flake]
         [--max-runs 2000] [--flake-max-runs 300] [--confidence 0.999] [--table]
-        [--noise normal|t3|both] [--shifts 0.25,0.5,1,none]
+        [--noise normal|t3|both] [--shifts 0.25,0.5,1,none] [--spread-alone 1.5]
 """
 
 from __future__ import annotations
@@ -375,9 +375,11 @@ def specs(
     budgets: dict[str, tuple[int, float]] | None = None,
     noise: str = "normal",
     shifts: tuple[float | None, ...] = (*SHIFTS, None),
+    alone: tuple[float, ...] = (1.5,),
 ) -> list[tuple]:
     """Every cell: (kind, N, a, b, trials, seed, (max runs, confidence)[, noise]); metric
-    cells only for `shifts` (None: no change)."""
+    cells only for `shifts` (None: no change, and the spread changed by each of `alone`
+    with the mean left where it was)."""
     budgets = budgets or {"metric": (2000, 0.999), "flake": (300, 0.999)}
     rows: list[tuple] = []
     for n in sizes:
@@ -385,7 +387,7 @@ def specs(
         if noise in ("normal", "both"):
             rows += [("metric", n, s, sp, trials, seed, m) for s in SHIFTS for sp in SPREADS]
             rows.append(("metric", n, None, 1.0, trials, seed, m))
-            rows.append(("metric", n, 0.0, 1.5, trials, seed, m))  # the spread alone changes
+            rows += [("metric", n, 0.0, sp, trials, seed, m) for sp in alone]  # spread alone
             rows += [("flake", n, fr, p, trials, seed, f) for fr, p in FLAKES]
             rows += [("flake", n, fr, fr, trials, seed, f) for fr in (0.2, 0.4)]  # no change
         if noise in ("t3", "both"):
@@ -446,6 +448,9 @@ def main() -> None:
     parser.add_argument(
         "--shifts", default="0.25,0.5,1,none", help="the metric cells' shifts (none: no change)"
     )
+    parser.add_argument(
+        "--spread-alone", default="1.5", help="no change's cells whose spread alone changes"
+    )
     args = parser.parse_args()
     shifts = tuple(None if s == "none" else float(s) for s in args.shifts.split(","))
     started = time.perf_counter()
@@ -454,7 +459,8 @@ def main() -> None:
         "flake": (args.flake_max_runs, args.confidence),
     }
     sizes = [int(s) for s in args.sizes.split(",")]
-    todo = specs(sizes, args.trials, args.seed, args.kinds, budgets, args.noise, shifts)
+    alone = tuple(float(s) for s in args.spread_alone.split(","))
+    todo = specs(sizes, args.trials, args.seed, args.kinds, budgets, args.noise, shifts, alone)
     with Pool(args.processes) as pool:
         rows = []
         for row in pool.imap(cell, todo):

@@ -8,21 +8,21 @@ works on the metric's samples instead, as the declared test does.
 The model: the ordered candidates form two segments, before and after the first changed item
 (the culprit), each with its own mean and its own spread; or "no change": one mean, the
 spread free to change at any one item (a release that changes the spread alone did not
-change what a t-test on the mean reads). Means and spreads are unknown and integrated out
-(a flat prior on a level, Jeffreys' on a spread), so nothing about the metric is assumed
-but its shape; each hypothesis is read from the Welch estimate of the shift at its boundary
+change what a t-test on the mean reads). Means and spreads are unknown and integrated out (a
+flat prior on a level, Jeffreys' on a spread), so nothing about the metric is assumed but
+its shape; each hypothesis is read from the Welch estimate of the shift at its boundary
 (`segments._Welch`). With one spread shared by the segments, a release that tripled the
 spread and left the mean alone was named as the change, certain, in 1 of 100 simulated
-searches, and a release that widened the spread with a quarter-sd shift was found in 5% of
-searches at N = 32, where its own spread now tells where the change is (44%). A change is a
-shift of at least `min_effect` standard deviations, either way: a smaller shift is no
-change that matters, which is what lets "no change" be claimed at all, and only after the
-data rule out a shift of that size, in the steadier side's sd, at every candidate. The
-culprits' own prior on the shift is log-uniform from half that (RANK_FLOOR) up to 10^10 sd:
-cut at exactly `min_effect`, a true shift of that size made the partitions that put
-unluckily low releases before the change (a larger apparent shift) win, 1 and 3 of 300
-simulated searches. Until each segment holds a few samples (MIN_SPLIT), the segments share
-one spread.
+searches; and a release that widened the spread with a quarter-sd shift was found in 5% of
+simulated searches at N = 32 within 2,000 launches, 41% now that the spread's own change
+tells where the change is. A change is a shift of at least `min_effect` standard deviations,
+either way: a smaller shift is no change that matters, which is what lets "no change" be
+claimed at all, and only after the data rule out a shift of that size, in the steadier
+side's sd, at every candidate. The culprits' own prior on the shift is log-uniform from half
+that (RANK_FLOOR) up to 10^10 sd: cut at exactly `min_effect`, a true shift of that size
+made the partitions that put unluckily low releases before the change (a larger apparent
+shift) win, 1 and 3 of 300 simulated searches. Until each segment holds a few samples
+(MIN_SPLIT), the segments share one spread.
 
 The values enter that model as normal scores of their ranks among all values so far
 (`_scores`), not as they are: a metric with heavier tails than normal otherwise made it
