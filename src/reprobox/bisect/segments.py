@@ -131,7 +131,6 @@ def _log_change(before: Level, after: Level, min_effect: float) -> float:
     delta = after.mean - before.mean
     sd = math.sqrt(ss / nu)
     scale = math.sqrt(ss / (c * nu))  # the kernel's width in d
-    lo_d, hi_d = min_effect * sd, MAX_EFFECT * sd
     log_norm = (
         0.5 * math.log(nu * math.pi)
         + math.lgamma(nu / 2)
@@ -139,15 +138,22 @@ def _log_change(before: Level, after: Level, min_effect: float) -> float:
         + math.log(scale)
         - (n - 1) / 2 * math.log(ss)
     )
+    return log_norm + _log_broad(delta, sd, scale, nu, min_effect)
+
+
+def _log_broad(delta: float, unit: float, scale: float, nu: float, min_effect: float) -> float:
+    """log of the mass a t kernel (centre `delta`, width `scale`, `nu` degrees of freedom)
+    puts on shifts of `min_effect` to MAX_EFFECT `unit`s either way, each weighed by the
+    log-uniform prior, taken where the kernel sits; a rise and a fall half the prior each."""
+    lo_d, hi_d = min_effect * unit, MAX_EFFECT * unit
     parts = []
-    for sign in (1.0, -1.0):  # a rise, a fall: half the prior each
+    for sign in (1.0, -1.0):
         centre = sign * delta
         at = min(max(centre, lo_d), hi_d)
         log_prior = -math.log(2 * at * math.log(MAX_EFFECT / min_effect))
         lo, hi = (lo_d - centre) / scale, (hi_d - centre) / scale
         parts.append(log_prior + _log_t_mass(nu, lo, hi))
-    top = max(parts)
-    return log_norm + top + math.log(sum(math.exp(p - top) for p in parts))
+    return _logsumexp(parts)
 
 
 def _log_point(before: Level, after: Level, min_effect: float) -> float:
@@ -220,16 +226,7 @@ class _Welch:
     def log_change(self, min_effect: float) -> float:
         """log density of the estimate under the log-uniform prior on the shift (from
         `min_effect` pooled sd up), either way."""
-        lo_d, hi_d = min_effect * self.pooled, MAX_EFFECT * self.pooled
-        parts = []
-        for sign in (1.0, -1.0):
-            centre = sign * self.delta
-            at = min(max(centre, lo_d), hi_d)
-            log_prior = -math.log(2 * at * math.log(MAX_EFFECT / min_effect))
-            lo, hi = (lo_d - centre) / self.se, (hi_d - centre) / self.se
-            parts.append(log_prior + _log_t_mass(self.nu, lo, hi))
-        top = max(parts)
-        return top + math.log(sum(math.exp(p - top) for p in parts))
+        return _log_broad(self.delta, self.pooled, self.se, self.nu, min_effect)
 
 
 def _log_t_pdf(t: float, nu: float) -> float:
