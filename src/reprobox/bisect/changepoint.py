@@ -66,7 +66,6 @@ BATCH_BITS_SD = 1.0  # a batch's mean should sit about this many sd of its own f
 MAX_BATCH = 32
 FIRST_BATCH = 5  # launches at each end before anything else: a level and a spread to start
 MIN_SIDE = 8  # samples each side of a claimed boundary needs (a claim is never made on a few)
-LEADS = 0.5  # a culprit's posterior from which its item and its neighbour are probed in turn
 
 
 @dataclass
@@ -109,20 +108,12 @@ def _choose(
 ) -> list[int]:
     """The items least surely before or after the change (after_i = P(culprit <= i)), one per
     quantile for `count` workers; a side's end instead when that side holds fewer samples
-    than the item to be probed would have (its level would be the weaker half). Once one
-    culprit leads with half the posterior, its item and the one before it instead, the one
-    with fewer samples first: the launches that tell a culprit from its neighbours are
-    theirs (the wrong-rate bound's allocation), and the ends' rule had put half of them
-    at the ends (500 simulated searches a cell: 4 - 12% fewer launches where the shift is
-    half a sd or more, no more wrong answers)."""
+    than the item to be probed would have (its level would be the weaker half)."""
     after, acc = [0.0] * size, 0.0
     for i in range(1, size):
         acc += w[i]
         after[i] = acc
     leader = max(range(1, size), key=lambda h: w[h])
-    if w[leader] >= LEADS and allowed[leader - 1] and allowed[leader]:
-        pair = sorted((leader, leader - 1), key=lambda i: sums.n[i])  # a tie: the leader
-        return [pair[j % 2] for j in range(count)]
     picks: list[int] = []
     for j in range(1, count + 1):
         goal = j / (count + 1)
