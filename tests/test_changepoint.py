@@ -213,9 +213,9 @@ def test_a_widened_spread_never_hides_a_quarter_sd_shift_as_no_change() -> None:
 def test_a_release_that_changes_the_spread_alone_is_not_named_as_the_change() -> None:
     """A release that triples the spread and leaves the mean where it was: the mean did not
     change, so no culprit may be claimed. With one spread shared by both segments for
-    whether the mean changed, release 5 was named at 0.9996 (1 of 100 simulated searches);
-    these are that search's samples (launches per release, means and sds, redrawn exactly).
-    "No change" now lets the spread change at any one release."""
+    whether the mean changed, release 5 was named at 0.9996 (one search where that happened;
+    2 of 1,000 in the benchmark). These are its samples (launches per release, means and
+    sds, redrawn exactly). "No change" now lets the spread change at any one release."""
     ns = [85, 0, 0, 0, 31, 94, 15, 85]
     means = [-0.004, 0.0, 0.0, 0.0, -0.113, -0.691, 0.564, 1.205]
     sds = [0.95, 1.0, 1.0, 1.0, 1.024, 2.839, 3.3, 2.86]

@@ -12,7 +12,7 @@ change what a t-test on the mean reads). Means and spreads are unknown and integ
 flat prior on a level, Jeffreys' on a spread), so nothing about the metric is assumed but
 its shape; each hypothesis is read from the Welch estimate of the shift at its boundary
 (`segments._Welch`). With one spread shared by the segments, a release that tripled the
-spread and left the mean alone was named as the change, certain, in 1 of 100 simulated
+spread and left the mean alone was named as the change, certain, in 2 of 1,000 simulated
 searches; and a release that widened the spread with a quarter-sd shift was found in 5% of
 simulated searches at N = 32 within 2,000 launches, 41% now that the spread's own change
 tells where the change is. A change is a shift of at least `min_effect` standard deviations,

@@ -292,7 +292,7 @@ def _posterior_split(
     spread, for where the mean changed and for whether it did. "No change" lets the spread
     change at any one item (with the mean unchanged): with one spread shared by both
     segments, a release that tripled the spread and left the mean alone was named as the
-    change, certain, in 1 of 100 simulated searches; a release that widens the spread with
+    change, certain, in 2 of 1,000 simulated searches; a release that widens the spread with
     the mean made the shared spread overconfident at the boundary too. Each hypothesis is
     read from the Welch estimate of its shift (see `_Welch`): its density under equal
     means, under the culprits' broad prior on the shift, and at the least favourable shift,
