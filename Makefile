@@ -36,7 +36,7 @@ repro: system-compilers $(STAMP)
 	@$(NOX) -t default $(if $(RESUME),-- --resume); status=$$?; $(NOX) -s verdicts; exit $$status
 
 test: system $(STAMP)
-	bash scripts/process-group.sh $(NOX) -s tests -- -m "not nightly"
+	$(BIN)/python scripts/process_group.py $(NOX) -s tests -- -m "not nightly"
 
 # the longest real runs (kl's pasted comment under plain pip), run nightly by CI
 test-nightly: system $(STAMP)

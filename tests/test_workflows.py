@@ -266,7 +266,7 @@ time.sleep(600)
 
 def test_make_test_runs_the_suite_in_a_process_group_of_its_own() -> None:
     recipe = (ROOT / "Makefile").read_text().split("\ntest: ", 1)[1].splitlines()[1]
-    assert recipe.strip().startswith("bash scripts/process-group.sh $(NOX) -s tests"), recipe
+    assert recipe.strip().startswith("$(BIN)/python scripts/process_group.py $(NOX) -s tests")
 
 
 def test_a_signal_to_make_test_tears_the_whole_suite_down(tmp_path: Path) -> None:
@@ -276,7 +276,7 @@ def test_a_signal_to_make_test_tears_the_whole_suite_down(tmp_path: Path) -> Non
     token = f"reprobox-ci-run-{tmp_path.name}"
     torn = tmp_path / "torn"
     suite = [sys.executable, "-c", SUITE.replace("TOKEN", token), str(torn), token]
-    group = subprocess.Popen(["bash", str(ROOT / "scripts" / "process-group.sh"), *suite])
+    group = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "process_group.py"), *suite])
     try:
         deadline = time.monotonic() + 30
         while not Path(f"{torn}.up").exists() and time.monotonic() < deadline:
