@@ -179,8 +179,7 @@ def _log_point(before: Level, after: Level, min_effect: float) -> float:
         )  # fmt: skip
     d = min_effect * unit
     parts = [-(n - 1) / 2 * math.log(ss + c * (delta - sign * d) ** 2) for sign in (1.0, -1.0)]
-    top = max(parts)
-    return top + math.log(sum(math.exp(p - top) for p in parts) / 2)
+    return _logsumexp(parts) - math.log(2)
 
 
 @dataclass(frozen=True)
@@ -220,8 +219,7 @@ class _Welch:
         steadier segment's sd, either way (the least favourable change)."""
         d = min_effect * self.steadier
         parts = [_log_t_pdf((self.delta - sign * d) / self.se, self.nu) for sign in (1.0, -1.0)]
-        top = max(parts)
-        return top + math.log(sum(math.exp(p - top) for p in parts) / 2) - math.log(self.se)
+        return _logsumexp(parts) - math.log(2 * self.se)
 
     def log_change(self, min_effect: float) -> float:
         """log density of the estimate under the log-uniform prior on the shift (from
@@ -275,9 +273,9 @@ def _posterior(sums: _Sums, log_prior: list[float], min_effect: float) -> list[f
     if whole.n < 3:  # too few samples to tell one segment from two
         return _normalize([none] + [log_prior[h] + none - log_prior[0] for h in range(1, size)])
     sides = [(level(0, h), level(h, size)) for h in range(1, size)]
-    low = min_effect * RANK_FLOOR
     if all(min(a.n, b.n) >= MIN_SPLIT for a, b in sides):
         return _posterior_split(sides, log_prior, min_effect)
+    low = min_effect * RANK_FLOOR
     broad = [log_prior[h] + _log_change(*sides[h - 1], low) for h in range(1, size)]
     point = [log_prior[h] + _log_point(*sides[h - 1], min_effect) for h in range(1, size)]
     weights = _normalize([none, *broad])
