@@ -16,6 +16,7 @@ measures it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from wheel_index import WheelIndex, write_wheel
 
 from conftest import reprobox
 from reprobox.bisect.summary import BisectSummary, read_summary
+from reprobox.core.errors import ExitCode
 
 # its module-scoped fixture is built once: all of it on one worker
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("tests/test_bisect_metric_e2e.py")]
@@ -148,6 +150,31 @@ def test_a_range_without_the_shift_is_no_change(drift_root: Path) -> None:
         "1.1.0 within 1 sd (posterior "
     ), last
     assert summary.status == "no-change"
+
+
+def test_the_default_budget_is_what_the_smallest_shift_that_counts_takes(
+    drift_root: Path,
+) -> None:
+    """500 / min-shift^2 launches: at 2000 for any shift, a quarter-sd history was refused
+    in 0.4 - 0.6 of simulated searches (docs/noise.md); a bad --min-shift is bad input."""
+    for more, budget in (((), 8000), (("--min-shift", "0.5"), 2000), (("--min-shift", "2"), 300)):
+        done = reprobox("bisect", "drift", "--package", PACKAGE, "--good", "1.0.0", "--bad",
+                        "1.3.0", "--variant", "broken", "--dry-run", "--json", *more)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert f"--max-runs {budget}" in json.loads(done.stdout)["rule"]
+    refused = reprobox(
+        "bisect",
+        "drift",
+        "--package",
+        PACKAGE,
+        "--variant",
+        "broken",
+        "--dry-run",
+        "--min-shift",
+        "0",
+    )
+    assert refused.returncode == ExitCode.BAD_INPUT, refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].startswith("reprobox: error: --min-shift 0")
 
 
 @pytest.mark.nightly

@@ -125,7 +125,8 @@ def test_the_flaky_options_parse_as_specified() -> None:
     """--flaky [BOOL] (None: the repro's declaration decides), --confidence, --max-runs."""
     parser = _parser_with("flaky", "confidence", "max_runs")
     args = parser.parse_args([])
-    # --max-runs: None, the strategy's default (300 verdicts; 2000 launches of a metric)
+    # --max-runs: None, the strategy's default (300 verdicts; 500 / min-shift^2 launches of a
+    # metric)
     assert (args.flaky, args.confidence, args.max_runs) == (None, 0.999, None)
     args = parser.parse_args(["--flaky", "--confidence", "0.9", "--max-runs", "40"])
     assert (args.flaky, args.confidence, args.max_runs) == (True, 0.9, 40)

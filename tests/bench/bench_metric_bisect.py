@@ -7,7 +7,8 @@ or 1.5: with and without a shift in spread); "none" rows have no change, and the
 alone" rows a release that widens the spread and leaves the mean where it was (the right
 answer: no change, since the search, as the declared test, asks about the mean). Searched by
 `bisect.changepoint` (what `reprobox bisect` runs for a variant whose declared test reads a
-metric), at its defaults: confidence 0.999, min shift 0.25 sd, budget 2000 launches.
+metric), at its defaults: confidence 0.999, min shift 0.25 sd, budget 8000 launches
+(`strategy.metric_budget`: 500 / min shift^2).
 
 Heavy-tailed cells (`--noise t3`, or `both`): the same metric histories with Student-t noise
 of 3 degrees of freedom scaled to the same sd, the shape a real training metric had
@@ -33,7 +34,7 @@ mean and 95th-percentile launches, and two lower bounds on the mean launches of 
 `x bound` is mean runs over the larger of the two.
 
     .venv/bin/nox -s bench -- metric_bisect [--trials 300] [--sizes 8,32] [--kinds metric,flake]
-        [--max-runs 2000] [--flake-max-runs 300] [--confidence 0.999] [--table]
+        [--max-runs 8000] [--flake-max-runs 300] [--confidence 0.999] [--table]
         [--noise normal|t3|both] [--shifts 0.25,0.5,1,none] [--spread-alone 1.5]
 """
 
@@ -52,12 +53,14 @@ from common import emit
 
 from reprobox.bisect.changepoint import shift_search
 from reprobox.bisect.flaky import flaky_search
+from reprobox.bisect.strategy import metric_budget
 from reprobox.core.protocol import Verdict
 
 SHIFTS = (0.25, 0.5, 1.0)
 SPREADS = (1.0, 1.5)
 FLAKES = ((0.2, 0.7), (0.4, 0.6), (0.4, 0.9))  # (false rate before, rate after)
 MIN_SHIFT, MIN_GAP, MIN_RATE = 0.25, 0.1, 0.25  # the searches' defaults: the least change
+METRIC_RUNS = metric_budget(MIN_SHIFT)  # what `reprobox bisect` gives a metric search
 
 
 def _h2(x: float) -> float:
@@ -380,7 +383,7 @@ def specs(
     """Every cell: (kind, N, a, b, trials, seed, (max runs, confidence)[, noise]); metric
     cells only for `shifts` (None: no change, and the spread changed by each of `alone`
     with the mean left where it was)."""
-    budgets = budgets or {"metric": (2000, 0.999), "flake": (300, 0.999)}
+    budgets = budgets or {"metric": (METRIC_RUNS, 0.999), "flake": (300, 0.999)}
     rows: list[tuple] = []
     for n in sizes:
         m, f = budgets["metric"], budgets["flake"]
@@ -441,7 +444,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--kinds", default="metric,flake", help="metric, flake or both")
     parser.add_argument("--table", action="store_true", help="a markdown table, not JSON")
-    parser.add_argument("--max-runs", type=int, default=2000, help="a metric search's budget")
+    parser.add_argument(
+        "--max-runs", type=int, default=METRIC_RUNS, help="a metric search's budget"
+    )
     parser.add_argument("--flake-max-runs", type=int, default=300, help="a pass/fail search's")
     parser.add_argument("--confidence", type=float, default=0.999)
     parser.add_argument("--noise", default="normal", choices=("normal", "t3", "both"))

@@ -5,6 +5,7 @@ A leaf of `bisect`: the driver, the plan, the axes and the CLI read it, it reads
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from reprobox.core.counts import check_count
@@ -15,10 +16,19 @@ from reprobox.core.spec import Repro
 # docs/noise.md named a wrong release; at 0.999, 0 of 200 (about 30% more runs)
 DEFAULT_CONFIDENCE = 0.999
 DEFAULT_MAX_RUNS = 300
-# a metric search (`bisect.changepoint`): launches, not verdicts; a 0.5 sd shift over 8
-# releases takes about 400 (docs/noise.md), so 300 would leave it undecided
-DEFAULT_METRIC_RUNS = 2000
 DEFAULT_MIN_SHIFT = 0.25  # sd: the smallest shift of a metric's mean that is a change
+# a metric search (`bisect.changepoint`) counts launches, not verdicts, and what it needs
+# grows as 1 / min_shift^2: at 500 / 0.25^2 = 8000, every simulated history at the smallest
+# shift that counts (a quarter sd, with the spread x1.5 or not, no change, the spread alone;
+# 8 and 32 releases) was decided in >= 0.99 of searches (docs/noise.md); at 2000, 0.34 - 0.84
+# of them; at 6000, "no change" over 32 releases in 0.986
+METRIC_RUNS_SD2 = 500
+
+
+def metric_budget(min_shift: float) -> int:
+    """The default launches of a metric search: what deciding a shift of `min_shift` sd
+    takes, `METRIC_RUNS_SD2 / min_shift^2`, at least DEFAULT_MAX_RUNS."""
+    return max(DEFAULT_MAX_RUNS, math.ceil(METRIC_RUNS_SD2 / min_shift**2))
 
 
 @dataclass(frozen=True)

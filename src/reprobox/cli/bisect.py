@@ -272,20 +272,19 @@ def _strategy(args: argparse.Namespace, target: Target) -> Strategy:
 
     flaky = how.declares_noise(target.repro, target.variant) if args.flaky is None else args.flaky
     metric = how.declared_metric(target.repro, target.variant) if flaky else None
-    if args.max_runs is not None:
-        max_runs = args.max_runs
-    else:
-        max_runs = how.DEFAULT_METRIC_RUNS if metric else how.DEFAULT_MAX_RUNS
-    return how.Strategy(
+    strategy = how.Strategy(
         confirm=args.confirm,
         verify=args.verify,
         workers=args.workers,
         flaky=flaky,
         confidence=args.confidence,
-        max_runs=max_runs,
+        max_runs=how.DEFAULT_MAX_RUNS if args.max_runs is None else args.max_runs,
         metric=metric,
         min_shift=args.min_shift,
     ).check()
+    if args.max_runs is None and metric:  # --min-shift is checked: the budget it takes
+        return dataclasses.replace(strategy, max_runs=how.metric_budget(strategy.min_shift))
+    return strategy
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -355,7 +355,8 @@ OPTIONS: dict[str, Option] = {
             "max_runs",
             ("--max-runs",),
             "with --flaky: stop after N probe runs, naming the candidates left (default 300; "
-            "2000 launches where the variant's declared test reads a metric)",
+            "where the variant's declared test reads a metric, 500 / min-shift^2 launches: "
+            "8000 at the default 0.25 sd)",
             default=None,
             type=positive_int,
             metavar="N",
