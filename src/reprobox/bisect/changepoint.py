@@ -16,9 +16,10 @@ spread and left the mean alone was named as the change, certain, in 2 of 1,000 s
 searches; and a release that widened the spread with a quarter-sd shift was found in 5% of
 simulated searches at N = 32 within 2,000 launches, 41% once the spread's own change
 told where the change is (51% with the tie rule of `_choose`; 100% within 8,000). A
-change is a shift of at least `min_effect` standard deviations, either way: a smaller shift is no change that matters, which is what lets "no change" be
-claimed at all, and only after the data rule out a shift of that size, in the steadier
-side's sd, at every candidate. The culprits' own prior on the shift is log-uniform from half
+change is a shift of at least `min_effect` standard deviations, either way: a smaller
+shift is no change that matters, which is what lets "no change" be claimed at all, and
+only after the data rule out a shift of that size, in the steadier side's sd, at every
+candidate. The culprits' own prior on the shift is log-uniform from half
 that (RANK_FLOOR) up to 10^10 sd: cut at exactly `min_effect`, a true shift of that size
 made the partitions that put unluckily low releases before the change (a larger apparent
 shift) win, 1 and 3 of 300 simulated searches. Until each segment holds a few samples
