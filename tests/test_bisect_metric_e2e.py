@@ -157,22 +157,12 @@ def test_the_default_budget_is_what_the_smallest_shift_that_counts_takes(
 ) -> None:
     """500 / min-shift^2 launches: at 2000 for any shift, a quarter-sd history was refused
     in 0.4 - 0.6 of simulated searches (docs/noise.md); a bad --min-shift is bad input."""
+    plan = ("bisect", "drift", "--package", PACKAGE, "--variant", "broken", "--dry-run")
     for more, budget in (((), 8000), (("--min-shift", "0.5"), 2000), (("--min-shift", "2"), 300)):
-        done = reprobox("bisect", "drift", "--package", PACKAGE, "--good", "1.0.0", "--bad",
-                        "1.3.0", "--variant", "broken", "--dry-run", "--json", *more)  # fmt: skip
+        done = reprobox(*plan, "--good", "1.0.0", "--bad", "1.3.0", "--json", *more)
         assert done.returncode == 0, done.stderr
         assert f"--max-runs {budget}" in json.loads(done.stdout)["rule"]
-    refused = reprobox(
-        "bisect",
-        "drift",
-        "--package",
-        PACKAGE,
-        "--variant",
-        "broken",
-        "--dry-run",
-        "--min-shift",
-        "0",
-    )
+    refused = reprobox(*plan, "--min-shift", "0")
     assert refused.returncode == ExitCode.BAD_INPUT, refused.stderr
     assert refused.stderr.strip().splitlines()[-1].startswith("reprobox: error: --min-shift 0")
 
