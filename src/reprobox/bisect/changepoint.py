@@ -120,10 +120,10 @@ def _choose(
         acc += w[i]
         after[i] = acc
     leader = max(range(1, size), key=lambda h: w[h])
+    options = [i for i in range(size) if allowed[i]]
     picks: list[int] = []
     for j in range(1, count + 1):
         goal = j / (count + 1)
-        options = [i for i in range(size) if allowed[i]]
         best = min(abs(after[i] - goal) for i in options)
         tied = [i for i in options if abs(after[i] - goal) <= best + 1e-12]
         near = min(abs(2 * i - 2 * leader + 1) for i in tied)  # from the gap before the leader
